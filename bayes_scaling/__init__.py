@@ -1,0 +1,13 @@
+"""bayes-scaling: probabilistic Bayesian scaling laws for continual and multilingual pre-training.
+
+Public surface (DESIGN.md): ``bs.laws``, ``bs.fit_map``, ``bs.fit_posterior``, ``bs.metrics``,
+``bs.datasets``, ``bs.data``. JAX runs in float64 inside the package (set on import).
+"""
+import jax as _jax
+
+_jax.config.update("jax_enable_x64", True)
+
+from . import errors, laws  # noqa: E402,F401
+from .errors import BayesScalingError, DataError, FitError, LawError  # noqa: E402,F401
+
+__version__ = "0.1.0"

@@ -1,0 +1,258 @@
+"""Declarative law specifications.
+
+A law is data plus one pure function (DESIGN.md rule 1): its parameters (name, bounds, init range,
+log/linear init sampling), the variables it reads, and ``fn(p, x) -> predicted loss`` where ``p`` and
+``x`` are dicts of jnp arrays keyed by parameter and variable names. Fitting, inference, forecasting,
+planning and anchor selection only ever use this interface.
+
+A law reads *variables* (its own names, e.g. ``N``, ``D``, ``replay``, ``ptpp``); ``column_map`` says
+which loss-table column feeds each variable, so one function serves several tables (the M3 paper's
+two-stage D-CPT baseline is ``dcpt`` read through ``N -> M, D -> D_2, replay -> r_f``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import jax.numpy as jnp
+import numpy as np
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class Param:
+    """One law parameter.
+
+    Attributes:
+        name: parameter name as used in ``fn``.
+        lower, upper: box bounds (``-inf``/``inf`` for none). Fits and priors respect them.
+        init: ``(lo, hi)`` range from which multi-start initial values are drawn.
+        log_init: draw inits log-uniformly in ``init`` (for scale parameters such as A, B).
+        doc: one line: what the parameter means.
+    """
+
+    name: str
+    lower: float = -INF
+    upper: float = INF
+    init: tuple[float, float] = (0.0, 1.0)
+    log_init: bool = False
+    doc: str = ""
+
+    def __post_init__(self):
+        lo, hi = self.init
+        if not (self.lower <= lo <= hi <= self.upper):
+            raise ValueError(
+                f"param {self.name}: init range {self.init} must lie inside bounds "
+                f"[{self.lower}, {self.upper}]"
+            )
+        if self.log_init and lo <= 0:
+            raise ValueError(f"param {self.name}: log_init needs a positive init range, got {self.init}")
+
+    @property
+    def kind(self) -> str:
+        """Unconstraining transform: 'interval' (scaled logit), 'lower' (log of excess), 'upper', 'real'."""
+        lo_f, hi_f = math.isfinite(self.lower), math.isfinite(self.upper)
+        if lo_f and hi_f:
+            return "interval"
+        if lo_f:
+            return "lower"
+        if hi_f:
+            return "upper"
+        return "real"
+
+    # --- unconstraining transform, used by the optimiser and by NUTS --------------------------
+    def to_unconstrained(self, value):
+        """Map a value inside the bounds to the real line (inverse of :meth:`from_unconstrained`)."""
+        k = self.kind
+        if k == "interval":
+            z = (value - self.lower) / (self.upper - self.lower)
+            return jnp.log(z) - jnp.log1p(-z)
+        if k == "lower":
+            return jnp.log(value - self.lower)
+        if k == "upper":
+            return jnp.log(self.upper - value)
+        return value
+
+    def from_unconstrained(self, u):
+        """Map a real number into the bounds: scaled sigmoid, lower + exp, upper - exp, identity."""
+        k = self.kind
+        if k == "interval":
+            return self.lower + (self.upper - self.lower) * jax_sigmoid(u)
+        if k == "lower":
+            return self.lower + jnp.exp(u)
+        if k == "upper":
+            return self.upper - jnp.exp(u)
+        return u
+
+    def sample_init(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """Draw ``n`` initial values in ``init`` (log-uniform when ``log_init``), strictly inside bounds."""
+        lo, hi = self.init
+        if self.log_init:
+            v = np.exp(rng.uniform(np.log(lo), np.log(hi), n))
+        else:
+            v = rng.uniform(lo, hi, n)
+        return clip_inside(v, self.lower, self.upper)
+
+
+def jax_sigmoid(u):
+    return 0.5 * (jnp.tanh(0.5 * u) + 1.0)
+
+
+def clip_inside(v, lower, upper, rel=1e-9):
+    """Clip ``v`` strictly inside ``(lower, upper)`` so unconstraining transforms stay finite."""
+    v = np.asarray(v, dtype=float)
+    if math.isfinite(lower):
+        v = np.maximum(v, lower + rel * max(1.0, abs(lower)))
+    if math.isfinite(upper):
+        v = np.minimum(v, upper - rel * max(1.0, abs(upper)))
+    if math.isfinite(lower) and math.isfinite(upper):
+        span = upper - lower
+        v = np.clip(v, lower + rel * span, upper - rel * span)
+    return v
+
+
+@dataclass(frozen=True)
+class Law:
+    """A scaling law: parameters, variables read, and one pure jnp function.
+
+    Attributes:
+        name: registry name.
+        params: parameter specs, in a fixed order (the order of every parameter vector).
+        variables: names of the inputs ``fn`` reads from ``x``.
+        fn: ``fn(p, x) -> L`` with ``p``/``x`` dicts of jnp arrays; must broadcast over rows.
+        equation: the law in plain text, with the paper and equation number.
+        column_map: variable -> loss-table column (identity for variables not listed).
+        defaults: variable -> constant used when the column is absent (e.g. ``k = 1``).
+        description: one paragraph on when to use it.
+    """
+
+    name: str
+    params: tuple[Param, ...]
+    variables: tuple[str, ...]
+    fn: Callable = field(repr=False)
+    equation: str = ""
+    column_map: Mapping[str, str] = field(default_factory=dict)
+    defaults: Mapping[str, float] = field(default_factory=dict)
+    description: str = ""
+
+    def __post_init__(self):
+        names = [p.name for p in self.params]
+        if len(set(names)) != len(names):
+            raise ValueError(f"law {self.name}: duplicate parameter names {names}")
+
+    # --- introspection --------------------------------------------------------------------------
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(f"law {self.name} has no parameter {name!r}; it has {self.param_names}")
+
+    def column(self, variable: str) -> str:
+        """The loss-table column that feeds ``variable``."""
+        return self.column_map.get(variable, variable)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Loss-table columns this law needs (variables with a default are optional)."""
+        return tuple(self.column(v) for v in self.variables if v not in self.defaults)
+
+    # --- evaluation -----------------------------------------------------------------------------
+    def inputs(self, df) -> dict[str, jnp.ndarray]:
+        """Read the law's variables from a DataFrame (or dict of arrays) as float64 jnp arrays."""
+        x = {}
+        n = len(df[next(iter(df.keys()))]) if hasattr(df, "keys") else len(df)
+        for v in self.variables:
+            col = self.column(v)
+            if col in df:
+                x[v] = jnp.asarray(np.asarray(df[col], dtype=np.float64))
+            elif v in self.defaults:
+                x[v] = jnp.full((n,), float(self.defaults[v]))
+            else:
+                raise KeyError(f"law {self.name} needs column {col!r} (variable {v!r})")
+        return x
+
+    def __call__(self, params: Mapping[str, float], data) -> jnp.ndarray:
+        """Predicted loss: ``params`` a dict of floats/arrays, ``data`` a DataFrame or dict of columns."""
+        p = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in params.items()}
+        missing = set(self.param_names) - set(p)
+        if missing:
+            raise KeyError(f"law {self.name}: missing parameter values {sorted(missing)}")
+        x = data if _is_jnp_dict(data, self.variables) else self.inputs(data)
+        return self.fn(p, x)
+
+    def renamed(self, name: str, description: str = "", **column_map: str) -> "Law":
+        """The same law read through another column mapping, e.g. ``dcpt.renamed('dcpt_m3', N='M')``."""
+        unknown = set(column_map) - set(self.variables)
+        if unknown:
+            raise ValueError(f"law {self.name} has no variables {sorted(unknown)}")
+        return dataclasses.replace(
+            self,
+            name=name,
+            column_map={**self.column_map, **column_map},
+            description=description or self.description,
+        )
+
+    def describe(self) -> str:
+        """Multi-line human description: equation, variables -> columns, parameters with bounds."""
+        lines = [f"{self.name}: {self.equation}"]
+        if self.description:
+            lines.append(f"  {self.description}")
+        cols = ", ".join(
+            f"{v}<-{self.column(v)}" + (f" (default {self.defaults[v]})" if v in self.defaults else "")
+            for v in self.variables
+        )
+        lines.append(f"  reads: {cols}")
+        for p in self.params:
+            lines.append(
+                f"  {p.name:>10s} in [{p.lower:g}, {p.upper:g}], init {p.init}"
+                + (" log" if p.log_init else "")
+                + (f"  {p.doc}" if p.doc else "")
+            )
+        return "\n".join(lines)
+
+
+def _is_jnp_dict(data, variables) -> bool:
+    return isinstance(data, dict) and all(v in data for v in variables) and not hasattr(data, "columns")
+
+
+# --- registry -----------------------------------------------------------------------------------
+_REGISTRY: dict[str, Law] = {}
+
+
+def register(law: Law) -> Law:
+    if law.name in _REGISTRY:
+        raise ValueError(f"law {law.name!r} registered twice")
+    _REGISTRY[law.name] = law
+    return law
+
+
+def get(name_or_law) -> Law:
+    """The law registered under ``name`` (a :class:`Law` is returned unchanged)."""
+    from ..errors import LawError
+
+    if isinstance(name_or_law, Law):
+        return name_or_law
+    try:
+        return _REGISTRY[name_or_law]
+    except KeyError:
+        raise LawError(
+            f"unknown law {name_or_law!r}; registered laws: {', '.join(sorted(_REGISTRY))}"
+        ) from None
+
+
+def names() -> list[str]:
+    """Names of every registered law, in registration order."""
+    return list(_REGISTRY)
+
+
+# --- numerics helpers shared by law functions -----------------------------------------------------
+def powlaw(coef, x, exponent):
+    """``coef / x**exponent`` evaluated as ``exp(log coef - exponent log x)`` (stable for big x)."""
+    return jnp.exp(jnp.log(coef) - exponent * jnp.log(x))
