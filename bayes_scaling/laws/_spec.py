@@ -127,6 +127,8 @@ class Law:
         column_map: variable -> loss-table column (identity for variables not listed).
         defaults: variable -> constant used when the column is absent (e.g. ``k = 1``).
         description: one paragraph on when to use it.
+        example: a plausible parameter set (e.g. a paper's fitted values) used by docs and
+            recovery tests; must lie inside the bounds.
     """
 
     name: str
@@ -137,11 +139,18 @@ class Law:
     column_map: Mapping[str, str] = field(default_factory=dict)
     defaults: Mapping[str, float] = field(default_factory=dict)
     description: str = ""
+    example: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self):
         names = [p.name for p in self.params]
         if len(set(names)) != len(names):
             raise ValueError(f"law {self.name}: duplicate parameter names {names}")
+        if self.example:
+            if set(self.example) != set(names):
+                raise ValueError(f"law {self.name}: example must give exactly {names}")
+            for p in self.params:
+                if not (p.lower <= self.example[p.name] <= p.upper):
+                    raise ValueError(f"law {self.name}: example {p.name} outside its bounds")
 
     # --- introspection --------------------------------------------------------------------------
     @property

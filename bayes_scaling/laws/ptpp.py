@@ -67,6 +67,13 @@ def beta_eff(p, ptpp):
     return jnp.maximum(p["beta"] * (1.0 - gate(ptpp, p["lam"], p["zeta"])), BETA_EFF_MIN)
 
 
+# Plausible values for tiny GPT-style models (N ~ 1e4..1e5 non-embedding parameters,
+# D ~ 1e4..1e7 tokens): used by docs and recovery tests, not fitted to any paper.
+_EX_BASE = dict(E=1.2, A=40.0, alpha=0.35, B=300.0, beta=0.3, nu=0.2, C=0.01, gamma=0.3)
+_EX_GATE = dict(lam=0.5, zeta=0.5)
+_EX_FLOOR = dict(F=1.5, eta=0.4)
+
+
 def _dcpt(p, x):
     return _dcpt_terms(p, x, p["beta"])
 
@@ -91,6 +98,7 @@ dcpt = register(Law(
     equation="L = E + A/N^alpha + B r^nu / D^beta + C/(r + eps_r)^gamma  "
              "(D-CPT; PTPP paper Sec. 2 baseline, eps_r = 1e-5)",
     description="PTPP-agnostic continual pre-training law (Que et al. 2024) as used by the PTPP paper.",
+    example=_EX_BASE,
 ))
 
 ptpp_floor = register(Law(
@@ -101,6 +109,7 @@ ptpp_floor = register(Law(
     equation="L = E + A/N^alpha + B r^nu / D^beta + C/(r + eps_r)^gamma + F/PTPP^eta  "
              "(PTPP paper Form 1, additive PTPP prior)",
     description="PTPP lowers the loss floor through an additive term.",
+    example={**_EX_BASE, **_EX_FLOOR},
 ))
 
 ptpp_gated = register(Law(
@@ -112,6 +121,7 @@ ptpp_gated = register(Law(
              "beta_eff = max(beta (1 - lambda PTPP^zeta/(1+PTPP^zeta)), 1e-6)  "
              "(PTPP paper Form 2, Eq. (2), PTPP-gated data exponent)",
     description="PTPP reshapes the adaptation data curve through a bounded gate on beta.",
+    example={**_EX_BASE, **_EX_GATE},
 ))
 
 ptpp_gated_floor = register(Law(
@@ -123,4 +133,5 @@ ptpp_gated_floor = register(Law(
              "beta_eff = max(beta (1 - lambda PTPP^zeta/(1+PTPP^zeta)), 1e-6)  "
              "(PTPP paper Form 3, Eq. (3), gated exponent + floor)",
     description="PTPP acts twice: a gate on the data exponent and an additive floor.",
+    example={**_EX_BASE, **_EX_GATE, **_EX_FLOOR},
 ))
