@@ -1,0 +1,31 @@
+# Two entry points for a fresh machine with only Python 3.11+:
+#   make demo   fit a law on a bundled real dataset and print the fit and its metrics
+#   make test   run the test suite (what CI runs)
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[train,dev]"
+	touch $(STAMP)
+
+.PHONY: install demo test test-all analyses benchmarks
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/bayes-scaling demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+analyses: $(STAMP)
+	$(BIN)/bayes-scaling analyses
+
+benchmarks: $(STAMP)
+	$(BIN)/python benchmarks/fit_speed.py

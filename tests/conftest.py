@@ -1,0 +1,31 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayes_scaling as bs
+
+
+def form3_grid(sizes=(2e4, 4e4, 8e4, 1.6e5), ptpps=(15, 31, 279), replays=(0.1, 0.25, 0.5),
+               atpps=(0.5, 1, 2, 5, 12, 30)):
+    """The PTPP paper's grid shape: sizes x PTPP stages x replay ratios x adaptation budgets."""
+    rows = [dict(N=n, ptpp=p, replay=r, D=a * n) for n in sizes for p in ptpps for r in replays
+            for a in atpps]
+    return pd.DataFrame(rows)
+
+
+def simulate(law, grid, params=None, noise=0.002, seed=0):
+    """Loss = law(params) * exp(noise * eps): data from a known law with known parameters."""
+    law = bs.laws.get(law)
+    params = dict(law.example if params is None else params)
+    rng = np.random.default_rng(seed)
+    clean = np.asarray(law(params, grid))
+    out = grid.copy()
+    out["loss"] = clean * np.exp(noise * rng.standard_normal(len(grid)))
+    out["clean"] = clean
+    return out
+
+
+@pytest.fixture(scope="session")
+def epoch():
+    df = bs.datasets.load("chinchilla_epoch")
+    return df, df[df["epoch_kept"]].reset_index(drop=True)
