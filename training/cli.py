@@ -1,0 +1,41 @@
+"""Command line: ``python -m training sweep CONFIG`` and ``python -m training export STORE OUT``."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; ``argv`` excludes the program name. Returns a process exit code."""
+    ap = argparse.ArgumentParser(prog="python -m training", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sw = sub.add_parser("sweep", help="run or resume the sweep of a TOML config")
+    sw.add_argument("config")
+    sw.add_argument("--workers", type=int, default=1, help="parallel local jobs (default 1)")
+    sw.add_argument("--out-dir", default=None, help="override the config's out_dir")
+    sw.add_argument("--export", default=None, help="also write the table to this CSV at the end")
+    ex = sub.add_parser("export", help="write a results store to a CSV loss table")
+    ex.add_argument("store")
+    ex.add_argument("out")
+    pl = sub.add_parser("plan", help="list the jobs of a config in execution order")
+    pl.add_argument("config")
+    args = ap.parse_args(argv)
+
+    from . import sweep
+    try:
+        if args.cmd == "sweep":
+            store = sweep.run_sweep(args.config, args.workers, args.out_dir)
+            if args.export:
+                print(f"{sweep.export(store, args.export)} rows -> {args.export}")
+        elif args.cmd == "export":
+            print(f"{sweep.export(args.store, args.out)} rows -> {args.out}")
+        else:
+            jobs = sweep.plan(sweep.load_config(args.config))
+            for j in jobs:
+                print(f"{j['id']:40s} N_nonemb={j['N_nonemb']:>7d} "
+                      f"tokens={sweep.job_tokens(j):>11,d}")
+            print(f"{len(jobs)} jobs, {sum(map(sweep.job_tokens, jobs)):,d} training tokens")
+    except (sweep.ConfigError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
