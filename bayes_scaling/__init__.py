@@ -9,7 +9,7 @@ _jax.config.update("jax_enable_x64", True)
 
 from . import errors, laws  # noqa: E402,F401
 from .errors import BayesScalingError, DataError, FitError, LawError  # noqa: E402,F401
-from . import data, metrics  # noqa: E402,F401
+from . import data, datasets, metrics  # noqa: E402,F401
 from .fit import MapFit, fit_map, fit_two_phase  # noqa: E402,F401
 
 __version__ = "0.1.0"
