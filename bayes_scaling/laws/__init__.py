@@ -5,5 +5,6 @@ Importing this package registers every law: the PTPP paper's (``dcpt``, ``ptpp_f
 """
 from ._spec import Law, Param, get, names, register  # noqa: F401
 from . import ptpp  # noqa: F401  (registers the PTPP-paper laws)
+from . import m3  # noqa: F401  (registers the M3-paper laws and its two-stage baselines)
 
 __all__ = ["Law", "Param", "get", "names", "register"]
