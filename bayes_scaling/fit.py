@@ -142,7 +142,7 @@ def _compiled_runner(f, max_iter, gtol, memory_size):
         def keep_going(carry):
             _, state = carry
             it = otu.tree_get(state, "count")
-            g = otu.tree_l2_norm(otu.tree_get(state, "grad"))
+            g = otu.tree_norm(otu.tree_get(state, "grad"))
             v = otu.tree_get(state, "value")
             return (it == 0) | ((it < max_iter) & (g >= gtol) & jnp.isfinite(v))
 
