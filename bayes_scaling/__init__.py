@@ -11,5 +11,6 @@ from . import errors, laws  # noqa: E402,F401
 from .errors import BayesScalingError, DataError, FitError, LawError  # noqa: E402,F401
 from . import data, datasets, metrics  # noqa: E402,F401
 from .fit import MapFit, fit_map, fit_two_phase  # noqa: E402,F401
+from . import evaluate  # noqa: E402,F401
 
 __version__ = "0.1.0"
