@@ -10,9 +10,10 @@ Jobs (each a pure function of its spec, which holds the config and the seed):
 
 Every evaluation is appended to a SQLite store in one transaction (``INSERT OR IGNORE`` on a
 unique key), so a killed sweep, restarted with the same command, skips recorded evaluations and
-resumes unfinished jobs from their last trunk checkpoint. Execution goes through a ``Backend``
-(``submit(fn, *args) -> Future``): ``LocalBackend`` runs jobs in local processes; another backend
-(e.g. a cluster queue) only needs the same two methods and a shared filesystem for the store.
+resumes unfinished jobs from their last trunk checkpoint. Execution goes through a backend
+(``slots``, ``submit(fn, *args) -> Future``, ``shutdown()``): ``InlineBackend`` runs jobs in the
+calling process, ``LocalBackend`` in local worker processes; another backend (e.g. a cluster
+queue) only needs the same three members and a filesystem shared with the store.
 """
 from __future__ import annotations
 
@@ -238,6 +239,7 @@ class Store:
         df = pd.DataFrame(data)
         if df.empty:
             return pd.DataFrame(columns=CANONICAL)
+        df["is_base"] = df["D"] == 0  # pre-adaptation rows: replay is NaN (no adaptation yet)
         df = df[CANONICAL + [c for c in df.columns if c not in CANONICAL]]
         return df.sort_values(["seed", "N_nonemb", "ptpp", "replay", "domain", "D"],
                               na_position="first").reset_index(drop=True)
@@ -274,8 +276,12 @@ def _save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def run_job(spec: dict, store_path: str, ckpt_dir: str) -> str:
-    """Run one job to completion (resuming from its checkpoint) and record its rows."""
+def run_job(spec: dict, store_path: str, ckpt_dir: str, watch_parent: bool = False) -> str:
+    """Run one job to completion (resuming from its checkpoint) and record its rows.
+
+    With ``watch_parent`` (worker processes) the job exits if the sweep process that started it
+    dies, so a killed sweep leaves no job running unsupervised.
+    """
     import torch
     from .loop import Batches, Mixture, WSD, eval_windows, evaluate, make_optimizer, \
         run_branches
@@ -300,7 +306,7 @@ def run_job(spec: dict, store_path: str, ckpt_dir: str) -> str:
 
     def on_step(step):
         counter["steps"] += 1
-        if os.getppid() != parent:  # the sweep process died: stop, do not run unsupervised
+        if watch_parent and os.getppid() != parent:  # the sweep process died
             os._exit(1)
         if time.time() - counter["t"] > 5:
             counter["t"] = time.time()
@@ -395,6 +401,23 @@ def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+class InlineBackend:
+    """Runs each job in the calling process, one at a time (``--workers 1``)."""
+
+    slots = 1
+
+    def submit(self, fn, *args) -> cf.Future:
+        fut: cf.Future = cf.Future()
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller through the future
+            fut.set_exception(e)
+        return fut
+
+    def shutdown(self) -> None:
+        pass
+
+
 class LocalBackend:
     """Runs jobs in ``workers`` local processes, splitting the CPU cores between them."""
 
@@ -407,7 +430,7 @@ class LocalBackend:
         self.slots = workers
 
     def submit(self, fn, *args) -> cf.Future:
-        return self.pool.submit(fn, *args)
+        return self.pool.submit(fn, *args, True)
 
     def shutdown(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
@@ -430,7 +453,8 @@ def run_sweep(config: str | Path, workers: int = 1, out_dir: str | None = None,
     jobs = plan(cfg)
     finished = set(store.finished())
     todo = [j for j in jobs if j["id"] not in finished]
-    backend = backend or LocalBackend(workers)
+    if backend is None:
+        backend = InlineBackend() if workers == 1 else LocalBackend(workers)
     total = sum(job_tokens(j) for j in jobs)
     bar = tqdm(total=total, initial=min(total, store.progress()), unit="tok", unit_scale=True,
                disable=not progress, mininterval=1 if sys.stderr.isatty() else 60,
