@@ -12,5 +12,6 @@ from .errors import BayesScalingError, DataError, FitError, LawError  # noqa: E4
 from . import data, datasets, metrics  # noqa: E402,F401
 from .fit import MapFit, fit_map, fit_two_phase  # noqa: E402,F401
 from . import evaluate  # noqa: E402,F401
+from . import anchors, plan  # noqa: E402,F401
 
 __version__ = "0.1.0"
