@@ -8,7 +8,7 @@ in the same run with the same thread count. A variant is numerically sound if it
 the timed steps match the eager variant's to 1e-4 relative.
 
     python benchmarks/train_speed.py [--config training/configs/ptpp.toml] [--steps 30]
-        [--threads 1] [--variants eager,sdpa,compile]
+        [--threads 1] [--variants eager,sdpa,compile] [--sizes s1,s4]
 """
 from __future__ import annotations
 
@@ -67,6 +67,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 = one sweep worker)")
     ap.add_argument("--variants", default="eager,sdpa,compile")
+    ap.add_argument("--sizes", default=None, help="comma-separated size names (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cfg = sweep.load_config(args.config)
@@ -76,6 +77,8 @@ def main() -> None:
     print("| size | N | N_nonemb | variant | tokens/s | GFLOP/s | % of peak | max rel. loss diff |")
     print("|---|---|---|---|---|---|---|---|")
     for name, s in cfg["sizes"].items():
+        if args.sizes and name not in args.sizes.split(","):
+            continue
         size = Size(**s)
         n, n_ne = param_counts(build(size, 0))
         ref = None
