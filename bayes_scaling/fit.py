@@ -106,24 +106,28 @@ class Problem:
 # The vectorised optimiser, shared with the Bayesian layer's posterior mode.
 
 
-def lbfgs_multistart(f: Callable, u0, args=(), *, max_iter=2000, gtol=1e-10, memory_size=20):
+def lbfgs_multistart(f: Callable, u0, args=(), *, max_iter=2000, gtol=1e-10, ftol=1e-13,
+                     patience=20, memory_size=20):
     """Minimise ``f(u, args)`` from every row of ``u0`` at once (vmap over an optax L-BFGS loop).
 
     ``f`` maps a 1-D vector (and a pytree ``args`` of data shared by all starts) to a scalar that
     should be O(1) in size (callers normalise it). A start stops when its gradient norm is below
-    ``gtol``, its value goes non-finite, or after ``max_iter`` iterations. The compiled program is
-    cached per ``f``, so refits on new data of the same shape do not recompile.
+    ``gtol``; when its value has improved by less than ``ftol * max(1, |f|)`` for ``patience``
+    consecutive iterations (a start sliding towards a bound along a flat valley); when its value
+    goes non-finite; or after ``max_iter`` iterations. The compiled program is cached per ``f``,
+    so refits on new data of the same shape do not recompile.
 
     Returns:
         (u, value, n_iter, grad_norm) as numpy arrays with one row per start.
     """
-    runner = _compiled_runner(f, int(max_iter), float(gtol), int(memory_size))
+    runner = _compiled_runner(f, int(max_iter), float(gtol), float(ftol), int(patience),
+                              int(memory_size))
     out = runner(jnp.asarray(u0), args)
     return tuple(np.asarray(a) for a in out)
 
 
 @functools.lru_cache(maxsize=256)
-def _compiled_runner(f, max_iter, gtol, memory_size):
+def _compiled_runner(f, max_iter, gtol, ftol, patience, memory_size):
     opt = optax.lbfgs(
         memory_size=memory_size,
         linesearch=optax.scale_by_zoom_linesearch(max_linesearch_steps=40, initial_guess_strategy="one"),
@@ -134,19 +138,22 @@ def _compiled_runner(f, max_iter, gtol, memory_size):
         vg = optax.value_and_grad_from_state(fu)
 
         def step(carry):
-            u, state = carry
+            u, state, prev, stall = carry
             value, grad = vg(u, state=state)
             updates, state = opt.update(grad, state, u, value=value, grad=grad, value_fn=fu)
-            return optax.apply_updates(u, updates), state
+            new = otu.tree_get(state, "value")
+            small = (prev - new) <= ftol * jnp.maximum(1.0, jnp.abs(new))
+            return optax.apply_updates(u, updates), state, new, jnp.where(small, stall + 1, 0)
 
         def keep_going(carry):
-            _, state = carry
+            _, state, _, stall = carry
             it = otu.tree_get(state, "count")
             g = otu.tree_norm(otu.tree_get(state, "grad"))
             v = otu.tree_get(state, "value")
-            return (it == 0) | ((it < max_iter) & (g >= gtol) & jnp.isfinite(v))
+            return (it == 0) | ((it < max_iter) & (g >= gtol) & jnp.isfinite(v) & (stall < patience))
 
-        u, state = jax.lax.while_loop(keep_going, step, (u_init, opt.init(u_init)))
+        init = (u_init, opt.init(u_init), jnp.asarray(jnp.inf), jnp.asarray(0))
+        u, state, _, _ = jax.lax.while_loop(keep_going, step, init)
         value, grad = jax.value_and_grad(fu)(u)
         return u, value, otu.tree_get(state, "count"), jnp.linalg.norm(grad)
 

@@ -53,8 +53,12 @@ class Param:
 
     @property
     def kind(self) -> str:
-        """Unconstraining transform: 'interval' (scaled logit), 'lower' (log of excess), 'upper', 'real'."""
+        """Unconstraining transform: 'log_interval' (logit of the position in log space, for scale
+        parameters with 0 < lower < upper < inf), 'interval' (scaled logit), 'lower' (log of the
+        excess over the lower bound), 'upper', 'real'."""
         lo_f, hi_f = math.isfinite(self.lower), math.isfinite(self.upper)
+        if lo_f and hi_f and self.log_init and self.lower > 0:
+            return "log_interval"
         if lo_f and hi_f:
             return "interval"
         if lo_f:
@@ -67,6 +71,10 @@ class Param:
     def to_unconstrained(self, value):
         """Map a value inside the bounds to the real line (inverse of :meth:`from_unconstrained`)."""
         k = self.kind
+        if k == "log_interval":
+            lo, hi = math.log(self.lower), math.log(self.upper)
+            z = (jnp.log(value) - lo) / (hi - lo)
+            return jnp.log(z) - jnp.log1p(-z)
         if k == "interval":
             z = (value - self.lower) / (self.upper - self.lower)
             return jnp.log(z) - jnp.log1p(-z)
@@ -79,6 +87,9 @@ class Param:
     def from_unconstrained(self, u):
         """Map a real number into the bounds: scaled sigmoid, lower + exp, upper - exp, identity."""
         k = self.kind
+        if k == "log_interval":
+            lo, hi = math.log(self.lower), math.log(self.upper)
+            return jnp.exp(lo + (hi - lo) * jax_sigmoid(u))
         if k == "interval":
             return self.lower + (self.upper - self.lower) * jax_sigmoid(u)
         if k == "lower":
