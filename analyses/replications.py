@@ -138,7 +138,8 @@ def epoch_chinchilla(cfg: Config) -> Section:
             sec.add(f"{p} 95% interval", fmt(EPOCH_CI[p]),
                     fmt(tuple(np.quantile(param_draws(post, p), [0.025, 0.975]))),
                     "Epoch: 4000 bootstrap refits; ours: posterior quantiles")
-    sec.add("summed Huber(1e-3) on 240 rows", fmt(EPOCH_PLAIN_OBJECTIVE), fmt(fit.objective),
+    sec.add("summed Huber(1e-3) on 240 rows", fmt(EPOCH_PLAIN_OBJECTIVE, 6),
+            fmt(fit.objective, 6),
             "at Epoch's plain fit (recomputed in the datasheet) vs our fit")
     sec.md("240 kept points (Epoch drops the 5 highest losses); Huber(delta = 1e-3) on log "
            f"residuals, {cfg.n_starts} starts. Epoch's estimates come from a Huber-shaped "
@@ -174,7 +175,8 @@ def datablations(cfg: Config) -> Section:
     sec.add("R_D*", fmt(PUBLISHED_R["RD_star"]), fmt(fit.params["RD_star"]),
             "base (A, B, E, alpha = beta) frozen at the notebook values; all 182 runs")
     sec.add("R_N*", fmt(PUBLISHED_R["RN_star"]), fmt(fit.params["RN_star"]), "")
-    sec.add("summed Huber(1e-3), 182 runs", fmt(DATABLATIONS_OBJECTIVE), fmt(fit.objective),
+    sec.add("summed Huber(1e-3), 182 runs", fmt(DATABLATIONS_OBJECTIVE, 7),
+            fmt(fit.objective, 7),
             "notebook cell 29 printed minimum")
     # the ridge: how flat is the objective between the published point and ours?
     pub = {**DATABLATIONS_BASE, **PUBLISHED_R}
