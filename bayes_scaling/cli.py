@@ -4,11 +4,15 @@
     bayes-scaling fit --law NAME table.csv --delta D      robust MAP fit; prints params and metrics
     bayes-scaling demo                                    fit Chinchilla on Epoch's bundled points
     bayes-scaling datasets                                list bundled loss tables
+    bayes-scaling train CONFIG [--workers N]              run/resume a training sweep (training/)
+    bayes-scaling analyses [--quick] [--only NAME ...]    regenerate analyses/out/
 """
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 
@@ -88,6 +92,31 @@ def cmd_datasets(args) -> None:
         print(f"{name:24s} {len(df):6d} rows   columns: {', '.join(map(str, df.columns[:12]))}")
 
 
+def _source_tree_script(*parts) -> Path:
+    path = Path(__file__).resolve().parents[1].joinpath(*parts)
+    if not path.exists():
+        raise BayesScalingError(f"{'/'.join(parts)} is not here: it ships with the source checkout, "
+                                "not with an installed wheel; run from a clone of the repository")
+    return path
+
+
+def cmd_train(args) -> int:
+    # training/ is a separate package (DESIGN.md rule 7): run it as its own process.
+    cmd = [sys.executable, "-m", "training", "sweep", args.config, "--workers", str(args.workers)]
+    if args.export:
+        cmd += ["--export", args.export]
+    return subprocess.call(cmd)
+
+
+def cmd_analyses(args) -> int:
+    cmd = [sys.executable, str(_source_tree_script("analyses", "run_all.py"))]
+    if args.quick:
+        cmd.append("--quick")
+    if args.only:
+        cmd += ["--only", *args.only]
+    return subprocess.call(cmd)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bayes-scaling", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -116,17 +145,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("datasets", help="list bundled loss tables")
     s.set_defaults(func=cmd_datasets)
+
+    s = sub.add_parser("train", help="run or resume a training sweep from a TOML config")
+    s.add_argument("config", help="sweep config, e.g. training/configs/ptpp.toml")
+    s.add_argument("--workers", type=int, default=1, help="independent runs in parallel")
+    s.add_argument("--export", help="also write the loss table to this CSV at the end")
+    s.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("analyses", help="regenerate the tables and figures under analyses/out/")
+    s.add_argument("--quick", action="store_true", help="fast subset")
+    s.add_argument("--only", nargs="*", help="analysis script names without .py")
+    s.set_defaults(func=cmd_analyses)
     return p
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        args.func(args)
+        rc = args.func(args)
     except BayesScalingError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return 0
+    return int(rc or 0)
 
 
 if __name__ == "__main__":
