@@ -933,34 +933,71 @@ def _recipe_fn(law: Law, approach: str, mean_over_draws: bool):
     return _RECIPE_FNS[key]
 
 
-def _zoom(fun, lo, hi, B, g0, g, n_zoom):
-    """Minimise ``fun(u (B, P, d)) -> (B, P)`` over the box [lo, hi] for every batch element.
+def _grid_local_minima(f, g0, d, n_starts):
+    """Indices (B, n_starts) of the lowest local minima of ``f`` (B, g0^d) on a g0^d grid.
 
-    A ``g0^d`` grid over the box, then ``n_zoom`` grids of ``g^d`` points over +-1.5 spacings around
-    the incumbent (each zoom shrinks the spacing by 3/(g-1)); vectorised over the batch. Returns
-    (u* (B, d), f* (B,)).
+    A grid point is a local minimum when it is not above any of its 2d axis neighbours; when a
+    row has fewer than ``n_starts`` of them, its best point fills the remaining slots.
+    """
+    B = f.shape[0]
+    F = f.reshape((B,) + (g0,) * d)
+    is_min = np.ones_like(F, bool)
+    for ax in range(1, d + 1):
+        pad = [(0, 0)] * (d + 1)
+        pad[ax] = (1, 1)
+        Fp = np.pad(F, pad, constant_values=np.inf)
+        lo = np.take(Fp, np.arange(0, g0), axis=ax)
+        hi = np.take(Fp, np.arange(2, g0 + 2), axis=ax)
+        is_min &= (F <= lo) & (F <= hi)
+    masked = np.where(is_min.reshape(B, -1) & np.isfinite(f), f, np.inf)
+    order = np.argsort(masked, axis=1)[:, :n_starts]
+    ok = np.take_along_axis(masked, order, axis=1) < np.inf
+    best = np.argmin(f, axis=1)
+    return np.where(ok, order, best[:, None])
+
+
+def _zoom(fun, lo, hi, B, g0, g, n_zoom, n_starts=4):
+    """Minimise ``fun(u (B', P, d)) -> (B', P)`` over the box [lo, hi] for every batch element.
+
+    Multi-start zoom search: a ``g0^d`` grid over the whole box; its ``n_starts`` lowest local
+    minima each start a sequence of ``g^d`` grids over +-1.5 spacings around the incumbent (each
+    zoom shrinks the spacing by 3/(g-1)); the best end point wins. Vectorised over batch and
+    starts. Returns (u* (B, d), f* (B,)).
     """
     lo, hi = np.asarray(lo, float), np.asarray(hi, float)
     d = lo.size
-    centre = np.broadcast_to((lo + hi) / 2, (B, d)).copy()
-    half = np.broadcast_to((hi - lo) / 2, (B, d)).copy()
+    lin = np.linspace(-1.0, 1.0, g0)
+    offs = np.stack(np.meshgrid(*([lin] * d), indexing="ij"), -1).reshape(-1, d)
+    u0 = (lo + hi) / 2 + (hi - lo) / 2 * offs                        # (P0, d)
+    f0 = np.asarray(fun(jnp.asarray(np.broadcast_to(u0, (B,) + u0.shape))))
+    f0 = np.where(np.isfinite(f0), f0, np.inf)
+    K = min(n_starts, u0.shape[0])
+    starts = _grid_local_minima(f0, g0, d, K)                         # (B, K)
+    centre = u0[starts].reshape(B * K, d)
+    best_f = np.take_along_axis(f0, starts, axis=1).reshape(B * K)
     best_u = centre.copy()
-    best_f = np.full(B, np.inf)
-    for z in range(n_zoom + 1):
-        n = g0 if z == 0 else g
-        lin = np.linspace(-1.0, 1.0, n)
-        offs = np.stack(np.meshgrid(*([lin] * d), indexing="ij"), -1).reshape(-1, d)
+    half = np.broadcast_to(1.5 * (hi - lo) / (g0 - 1), (B * K, d)).copy()
+    lin = np.linspace(-1.0, 1.0, g)
+    offs = np.stack(np.meshgrid(*([lin] * d), indexing="ij"), -1).reshape(-1, d)
+    rows = np.arange(B * K)
+
+    def fun_k(u):  # (B*K, P, d) -> (B*K, P): each start sees its own batch element
+        return np.asarray(fun(jnp.asarray(u.reshape(B, K * u.shape[1], d)))).reshape(B * K, -1)
+
+    for _ in range(n_zoom):
         u = np.clip(centre[:, None, :] + half[:, None, :] * offs[None], lo, hi)
-        f = np.asarray(fun(jnp.asarray(u)))
+        f = fun_k(u)
         f = np.where(np.isfinite(f), f, np.inf)
         i = np.argmin(f, axis=1)
-        fi = f[np.arange(B), i]
+        fi = f[rows, i]
         better = fi <= best_f
-        best_u = np.where(better[:, None], u[np.arange(B), i], best_u)
+        best_u = np.where(better[:, None], u[rows, i], best_u)
         best_f = np.where(better, fi, best_f)
         centre = best_u.copy()
-        half = np.minimum(1.5 * 2 * half / (n - 1), (hi - lo) / 2)
-    return best_u, best_f
+        half = np.minimum(3.0 * half / (g - 1), (hi - lo) / 2)
+    best_f = best_f.reshape(B, K)
+    j = np.argmin(best_f, axis=1)
+    return best_u.reshape(B, K, d)[np.arange(B), j], best_f[np.arange(B), j]
 
 
 def _bounds(approach, k_bounds, r_bounds):
@@ -986,10 +1023,9 @@ def _optimise(draws: ParamDraws, C, D_T, approach, *, per_draw, k_bounds, r_boun
     n_cells = C.size
     lo, hi = _bounds(approach, k_bounds, r_bounds)
     d = lo.size
-    # One grid size per dimension (first pass and zooms alike, so each compiles once); the
-    # spacing shrinks by 3/(g-1) per zoom: to ~1e-12 of the box after n_zoom zooms.
-    g, n_zoom = {1: (33, 12), 2: (17, 16), 3: (11, 22)}[d]
-    g0 = g
+    # First-pass grid g0 per dimension, zoom grid g; the spacing shrinks by 3/(g-1) per zoom, to
+    # ~1e-9 of the first-pass spacing after n_zoom zooms.
+    g0, g, n_zoom = {1: (129, 17, 12), 2: (41, 9, 21), 3: (19, 7, 30)}[d]
     m_lo, m_hi = (0.0, np.inf) if M_bounds is None else (float(M_bounds[0]), float(M_bounds[1]))
     S = draws.n_draws
     fn = _recipe_fn(draws.law, approach, mean_over_draws=not per_draw)

@@ -313,6 +313,24 @@ def test_m3_recipe_scarce_data_prefers_two_stage():
     assert t.loc["multi_2stage", "r"] < 1.0
 
 
+def test_recipe_optimum_beats_dense_random_search():
+    """Indonesian Table-13 law at a scarce cell, where a single-start grid search finds a local basin."""
+    import jax.numpy as jnp
+
+    law = one("m3", TABLE13["id"])
+    C, D_T = 1e18 / 16, 5.8316 * 1e18 ** 0.4757 / 32
+    rc = P.recipe(law, C=C, D_T=D_T, approaches=("multi_2stage",))
+    fn = P._recipe_fn(law.law, "multi_2stage", False)
+    rng = np.random.default_rng(0)
+    n = 200_000
+    u = np.stack([rng.uniform(np.log(1e-6), np.log(1e4), n), rng.uniform(np.log(1e-3), 0, n),
+                  rng.uniform(0, 1, n)], -1)
+    f = np.asarray(fn({k: jnp.asarray(v) for k, v in law.params.items()}, jnp.full((1, 1), C),
+                      jnp.full((1, 1), D_T), jnp.asarray(u[None]), 0.0, np.inf))[0]
+    assert rc["multi_2stage"]["loss"] <= f.min() + 1e-12
+    assert rc["multi_2stage"]["r_f"] == pytest.approx(1.0)
+
+
 def test_k_star_collapses_on_DT_over_Dstar_for_fixed_r():
     """M3 Eq. 13 / App. D.6.3: for fixed r (mono 1-stage) k* depends on (C, D_T) only via D_T/D*(C)."""
     law = one("m3", JA)
