@@ -209,9 +209,17 @@ def datablations(cfg: Config) -> Section:
             f"published parameters (in-sample for these runs) give {fmt(rows[1]['mae_rel'])}")
     if post is not None:
         sec.add("held-out high-epoch runs: 90% coverage", "—", fmt(r["coverage90"]), "posterior")
+    at_bound = [f"{q.name} = {fit_tr.params[q.name]:g} (bounds [{q.lower:g}, {q.upper:g}])"
+                for q in law.params if q.name in ("RD_star", "RN_star")
+                and min(abs(fit_tr.params[q.name] - q.lower), abs(fit_tr.params[q.name] - q.upper))
+                <= 1e-6 * max(1.0, abs(fit_tr.params[q.name]))]
     sec.md(f"Held-out high-epoch runs: fit R_D*, R_N* (base frozen) on the {len(train)} runs with "
            f"D/U <= {HIGH_EPOCH:g}, predict the {len(test)} runs with more epochs (up to "
-           f"{epochs.max():.0f}).")
+           f"{epochs.max():.0f})."
+           + (f" The fit on the low-epoch runs ends at a bound: {'; '.join(at_bound)}: the "
+              "saturation of repeated data is barely visible below 16 epochs, so the "
+              "high-epoch forecast is an extrapolation the data do not pin down."
+              if at_bound else ""))
     sec.md(ev.markdown_table(pd.DataFrame(rows), digits=3))
     if post is None:
         sec.md(f"Interval coverage: {note}.")

@@ -360,3 +360,29 @@ def test_form3_generator_wins_the_ptpp_holdout():
     with_anchors = ev.ptpp_holdout(["ptpp_gated_floor"], df, domain=None, n_starts=8,
                                    anchors="paper", baselines=())
     assert with_anchors.table["huber_log"].iloc[0] <= t.loc["ptpp_gated_floor", "huber_log"]
+
+
+@pytest.mark.slow
+def test_ptpp_paper_script_end_to_end_on_synthetic_table(tmp_path):
+    import argparse
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "analyses" / "ptpp_paper.py"
+    spec = importlib.util.spec_from_file_location("ptpp_paper_script", path)
+    pp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pp)
+    grid = form3_grid(sizes=(2e4, 4e4, 8e4), atpps=(1, 4, 16))
+    df = pd.concat([simulate("ptpp_gated_floor", grid, noise=0.003, seed=1).assign(domain="target"),
+                    simulate("ptpp_floor", grid, noise=0.003, seed=2).assign(domain="source")],
+                   ignore_index=True)
+    args = argparse.Namespace(quick=True, posterior="none", n_starts=4, seed=0, n_column="N",
+                              out=str(tmp_path))
+    text = pp.run(args, df)
+    assert "## Table 1: target (French)" in text and "## Appendix B" in text
+    assert "What is missing" not in text
+    assert (tmp_path / "figure1_test_stage.png").stat().st_size > 10_000
+    assert (tmp_path / "figure3_in_sample.png").stat().st_size > 10_000
+    # without the test stage the script says what is missing instead of failing
+    text = pp.run(args, df[df.ptpp != 279])
+    assert "no adaptation rows at PTPP = 279" in text
