@@ -4,7 +4,8 @@
     python analyses/run_all.py --quick    # fast subset (CI): scripts that accept --quick get it
     python analyses/run_all.py --only replications ptpp_paper
 
-A script is any ``analyses/<name>.py`` other than this one and names starting with ``_``. Each
+A script is any ``analyses/<name>.py`` with an ``if __name__ == "__main__"`` block, other than
+this one and names starting with ``_``. Each
 runs in its own interpreter (so one failing script does not stop the others); the exit code is
 non-zero when any script failed. ``analyses_main(argv)`` is the same entry as a function (for
 ``bayes-scaling analyses``).
@@ -21,9 +22,11 @@ HERE = Path(__file__).resolve().parent
 
 
 def scripts() -> list[Path]:
-    """The analysis scripts, in name order."""
+    """The analysis scripts, in name order: files with a ``__main__`` block (helper modules
+    shared by several scripts have none and are skipped)."""
     return sorted(p for p in HERE.glob("*.py")
-                  if p.name != Path(__file__).name and not p.name.startswith("_"))
+                  if p.name != Path(__file__).name and not p.name.startswith("_")
+                  and "__name__ == \"__main__\"" in p.read_text())
 
 
 def analyses_main(argv=None) -> int:
