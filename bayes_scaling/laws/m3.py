@@ -1,5 +1,6 @@
-"""Laws of Akimoto et al., *M3 Scaling Law* (arXiv 2410.12325): the M3 law (Eqs. 7-12, 20-23) and
-the baselines as the authors re-implemented them (Appendix C.3).
+"""Laws of Akimoto et al., *M3 Scaling Law* (arXiv 2410.12325): the M3 law (Eqs. 7-12, 20-22) and
+the baselines as the authors re-implemented them (Appendix C.3). Eq. 23 (R_M*(k, r), an ablation
+of App. D.5 that the paper does not adopt) is not registered.
 
 Notation (M3 paper, Table 3; the canonical columns of DESIGN.md):
 
@@ -23,7 +24,8 @@ Fitting recipe of the paper (Appendix C.1): sum of Huber_delta on log residuals 
 **delta = 1e-3**, L-BFGS within the Table 6 bounds, 50 starts drawn from the Table 6 init ranges
 (log-uniform for A, B and r0), best start kept; two-phase fit (Appendix C.2.4) for every law that
 contains the Chinchilla base: first (A, B, alpha, beta, E) on the r = 1, k <= 4, single-stage rows,
-then the rest with those frozen. Sedova, D-CPT, PTPP-F1/F2/F3 and Zhang are fitted in one phase.
+then the rest with those frozen (``bs.fit_two_phase(law, df, base_law="chinchilla_m3", ...)``: the
+base must read M, not N). Sedova, D-CPT, PTPP-F1/F2/F3 and Zhang are fitted in one phase.
 
 Numerics: every power term is ``exp(log coef - exponent log x)``; ``h`` is evaluated as
 ``1 + R phi(R / R*)`` with ``phi(x) = (1 - e^-x) / x`` (``phi(0) = 1``), so ``R* -> inf`` is exact
