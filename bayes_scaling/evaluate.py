@@ -55,6 +55,7 @@ __all__ = [
     "crps_samples",
     "interval_width",
     "log_predictive_density",
+    "posterior_loglik",
     "lpd_kde",
     "markdown_table",
     "probabilistic_scores",
@@ -358,19 +359,54 @@ def _stage_mask(ptpp: np.ndarray, values) -> np.ndarray:
     return np.any(np.isclose(ptpp[:, None], values[None, :], rtol=1e-9, atol=0), axis=1)
 
 
+def posterior_loglik(post, df, mean_draws=None) -> np.ndarray:
+    """``(S, n)`` log-likelihood of each row's observed ``log loss`` under each posterior draw.
+
+    Uses the posterior's own likelihood (``post.settings["likelihood"]``: Huber with threshold
+    ``c``, Student-t with ``student_df`` degrees of freedom, or Normal) with each draw's scale
+    ``sigma`` (or the fixed ``settings["scale"]``), centred on ``log f(theta_s, x)`` from
+    ``post.predict_draws(df, kind="mean")``: the density the fit itself used, evaluated at rows it
+    did not see. Feed it to :func:`log_predictive_density`.
+    """
+    from scipy import stats
+
+    from .objective import huber_logpdf
+
+    st = post.settings
+    mean = np.asarray(post.predict_draws(df, kind="mean") if mean_draws is None else mean_draws,
+                      dtype=float)
+    draws = post.draws()
+    sigma = np.asarray(draws["sigma"], float) if "sigma" in draws else \
+        np.full(mean.shape[0], float(st["scale"]))
+    if sigma.shape[0] != mean.shape[0]:
+        raise BayesScalingError(f"{sigma.shape[0]} scale draws for {mean.shape[0]} mean draws")
+    r = np.log(df["loss"].to_numpy(dtype=float))[None, :] - np.log(mean)
+    sig = sigma[:, None]
+    kind = st["likelihood"]
+    if kind == "huber":
+        return np.asarray(huber_logpdf(r, sig, float(st.get("c", 1.345))), dtype=float)
+    if kind == "student_t":
+        return stats.t.logpdf(r / sig, float(st.get("student_df", 4.0))) - np.log(sig)
+    if kind == "normal":
+        return stats.norm.logpdf(r, 0.0, sig)
+    raise BayesScalingError(f"unknown likelihood {kind!r} in the posterior's settings")
+
+
 def _posterior_predictions(post, df, interval):
-    """(point, lower, upper, predictive draws, loglik or None) of a posterior on ``df``."""
+    """(point, lower, upper, predictive draws, loglik or None) of a posterior on ``df``.
+
+    The log-likelihood draws come from :func:`posterior_loglik` when the posterior exposes its
+    draws and likelihood settings; otherwise ``None`` (the caller falls back to a kernel
+    estimate from the predictive draws).
+    """
     pred_draws = np.asarray(post.predict_draws(df, kind="predictive"), dtype=float)
     mean_draws = np.asarray(post.predict_draws(df, kind="mean"), dtype=float)
     point = np.median(mean_draws, axis=0)
     lo, hi = central_interval(pred_draws, interval)
     loglik = None
-    fn = getattr(post, "log_likelihood", None)
-    if callable(fn):
-        try:
-            loglik = np.asarray(fn(df), dtype=float)
-        except (TypeError, NotImplementedError, BayesScalingError):
-            loglik = None
+    if hasattr(post, "draws") and isinstance(getattr(post, "settings", None), Mapping) \
+            and "likelihood" in post.settings:
+        loglik = posterior_loglik(post, df, mean_draws)
     return point, lo, hi, pred_draws, loglik
 
 

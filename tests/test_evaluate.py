@@ -239,6 +239,54 @@ def test_posterior_path_adds_probabilistic_metrics(stub_fits, two_domain_table, 
     assert res.table[res.table.fit == "map"]["coverage90"].isna().all()
 
 
+class SettingsPosterior(StubPosterior):
+    """A stub with the Posterior attributes posterior_loglik reads: draws() and settings."""
+
+    def __init__(self, *a, likelihood="normal"):
+        super().__init__(*a)
+        self.settings = {"likelihood": likelihood, "c": 1.345, "student_df": 4.0}
+
+    def draws(self):
+        return {"sigma": np.full(500, self.sigma)}
+
+
+def test_posterior_loglik_uses_the_posteriors_likelihood():
+    class Two:
+        settings = {"likelihood": "normal", "c": 1.345, "student_df": 4.0}
+
+        def draws(self):
+            return {"sigma": np.array([0.1, 0.2])}
+
+        def predict_draws(self, df, kind="mean"):
+            return np.array([[2.0, 3.0], [2.2, 3.0]])
+
+    df = pd.DataFrame({"loss": [2.1, 2.9]})
+    ll = ev.posterior_loglik(Two(), df)
+    want = norm.logpdf(np.log([[2.1, 2.9]]), np.log([[2.0, 3.0], [2.2, 3.0]]),
+                       np.array([[0.1], [0.2]]))
+    np.testing.assert_allclose(ll, want, rtol=1e-10)
+    lpd = ev.log_predictive_density(ll)
+    np.testing.assert_allclose(lpd, np.log(np.exp(want).mean(0)), rtol=1e-10)
+
+
+def test_holdout_lpd_comes_from_the_likelihood_when_available(stub_fits, two_domain_table,
+                                                              monkeypatch):
+    import bayes_scaling.bayes as bayes_mod
+
+    truth = bs.laws.get("ptpp_gated_floor").example
+    monkeypatch.setattr(bayes_mod, "fit_posterior", lambda law, df, **kw: SettingsPosterior(
+        bs.laws.get(law), {k: truth[k] for k in bs.laws.get(law).param_names}, 0.003, 0),
+        raising=False)
+    res = ev.ptpp_holdout(["ptpp_gated_floor"], two_domain_table, domain="target", bayes=True,
+                          baselines=())
+    post = res.table[res.table.fit == "posterior"].iloc[0]
+    assert post["lpd_source"] == "loglik"
+    # exact: every draw has the true mean and sigma 0.003, so lpd = mean Normal log density
+    det = res.detail[(res.detail.fit == "posterior") & res.detail.scored]
+    r = np.log(det["loss"].to_numpy()) - np.log(det["pred"].to_numpy())
+    assert post["lpd"] == pytest.approx(np.mean(norm.logpdf(r, 0, 0.003)), rel=1e-9)
+
+
 # --------------------------------------------------------------------------------------------------
 # Axis splits: exclusion rule and averaging, by hand
 
