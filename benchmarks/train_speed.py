@@ -85,7 +85,7 @@ def main() -> None:
         for variant in args.variants.split(","):
             try:
                 tps, losses = time_variant(size, variant, cfg["batch_size"], args.steps)
-            except Exception as e:  # e.g. no C++ compiler for torch.compile
+            except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler for torch.compile
                 print(f"| {name} | {n} | {n_ne} | {variant} | failed: {type(e).__name__} |||")
                 continue
             ref = losses if ref is None else ref

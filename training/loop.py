@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 import numpy as np
 import torch
@@ -51,7 +51,7 @@ class WSD:
         frac = min(1.0, (step - self.decay_start + 1) / max(1, self.decay_steps))
         return start + (self.floor * self.peak - start) * frac
 
-    def cooldown(self, start: int, steps: int) -> "WSD":
+    def cooldown(self, start: int, steps: int) -> WSD:
         """The same schedule with a decay branch starting at ``start`` lasting ``steps``."""
         return replace(self, decay_start=start, decay_steps=steps)
 
@@ -74,7 +74,7 @@ class Mixture:
                 raise ValueError(f"mixture weights must be non-negative with a positive sum: {w}")
 
     @classmethod
-    def constant(cls, weights: dict[str, float]) -> "Mixture":
+    def constant(cls, weights: dict[str, float]) -> Mixture:
         return cls(((0, dict(weights)),))
 
     def __call__(self, step: int) -> dict[str, float]:
@@ -151,7 +151,7 @@ def eval_windows(corpora: dict[str, np.ndarray], weights: dict[str, float], n: i
                  context: int) -> torch.Tensor:
     """``n`` fixed, evenly spaced validation windows, split across corpora by ``weights``."""
     total = sum(weights.values())
-    counts = {k: int(round(n * w / total)) for k, w in weights.items()}
+    counts = {k: round(n * w / total) for k, w in weights.items()}
     rows = []
     for name, k in counts.items():
         data = corpora[name]
@@ -179,7 +179,7 @@ def evaluate(model, windows: torch.Tensor, batch_size: int = 64) -> float:
 
 def branch_start(total: int, cooldown_fraction: float) -> int:
     """Trunk step at which the cooldown branch ending at ``total`` steps leaves the trunk."""
-    return total - max(1, int(round(cooldown_fraction * total)))
+    return total - max(1, round(cooldown_fraction * total))
 
 
 def run_branches(model, opt, batches: Batches, mixture: Mixture, lr: WSD, step: int,

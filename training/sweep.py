@@ -20,7 +20,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import hashlib
 import json
-import math
 import multiprocessing as mp
 import os
 import sqlite3
@@ -29,8 +28,6 @@ import time
 import tomllib
 import zlib
 from pathlib import Path
-
-import numpy as np
 
 CANONICAL = ["loss", "N", "N_nonemb", "D", "ptpp", "replay", "domain", "atpp"]
 
@@ -99,10 +96,9 @@ def load_config(path: str | Path, out_dir: str | None = None) -> dict:
     return cfg
 
 
-def config_hash(cfg: dict) -> str:
-    """Hash of everything that determines results (not where they are written)."""
-    keep = {k: v for k, v in cfg.items() if k != "out_dir"}
-    return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+def spec_hash(spec: dict) -> str:
+    """Hash of a job spec: everything that determines the job's results."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
 # ----------------------------------------------------------------------------- plan
@@ -181,9 +177,9 @@ def job_tokens(spec: dict) -> int:
 # ----------------------------------------------------------------------------- store
 
 class Store:
-    """SQLite results store: evaluation rows, finished jobs, progress, and the config hash."""
+    """SQLite results store: evaluation rows, finished jobs, progress and job spec hashes."""
 
-    def __init__(self, path: str | Path, cfg_hash: str | None = None):
+    def __init__(self, path: str | Path):
         self.path = str(path)
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         with self._con() as con:
@@ -193,13 +189,23 @@ class Store:
                         "data TEXT, written REAL)")
             con.execute("CREATE TABLE IF NOT EXISTS jobs (job TEXT PRIMARY KEY, wall REAL)")
             con.execute("CREATE TABLE IF NOT EXISTS progress (job TEXT PRIMARY KEY, tokens INT)")
-            if cfg_hash is not None:
-                con.execute("INSERT OR IGNORE INTO meta VALUES ('config_hash', ?)", (cfg_hash,))
-                have = con.execute("SELECT value FROM meta WHERE key='config_hash'").fetchone()[0]
-                if have != cfg_hash:
-                    raise ConfigError(
-                        f"store {self.path} was written by a different configuration "
-                        f"(hash {have}, now {cfg_hash}); use another out_dir or restore it")
+            con.execute("CREATE TABLE IF NOT EXISTS specs (job TEXT PRIMARY KEY, hash TEXT)")
+
+    def claim(self, jobs: list[dict]) -> None:
+        """Record each job's spec hash; a job already recorded with another spec is an error.
+
+        Jobs are checked one by one, so a grid can be extended or trimmed (sizes, stages, replay
+        ratios) without invalidating finished work, but a changed setting cannot mix results.
+        """
+        with self._con() as con:
+            con.executemany("INSERT OR IGNORE INTO specs VALUES (?, ?)",
+                            [(j["id"], spec_hash(j)) for j in jobs])
+            have = dict(con.execute("SELECT job, hash FROM specs"))
+        changed = [j["id"] for j in jobs if have[j["id"]] != spec_hash(j)]
+        if changed:
+            raise ConfigError(
+                f"store {self.path} holds results of {len(changed)} jobs made with different "
+                f"settings ({', '.join(changed[:3])}, ...); use another out_dir for a new grid")
 
     def _con(self):
         return sqlite3.connect(self.path, timeout=120)
@@ -283,8 +289,8 @@ def run_job(spec: dict, store_path: str, ckpt_dir: str, watch_parent: bool = Fal
     dies, so a killed sweep leaves no job running unsupervised.
     """
     import torch
-    from .loop import Batches, Mixture, WSD, eval_windows, evaluate, make_optimizer, \
-        run_branches
+
+    from .loop import WSD, Batches, Mixture, eval_windows, evaluate, make_optimizer, run_branches
     from .model import CONTEXT, Size, build
 
     t0 = time.time()
@@ -442,15 +448,17 @@ def run_sweep(config: str | Path, workers: int = 1, out_dir: str | None = None,
               backend=None, progress: bool = True) -> Path:
     """Run (or resume) the sweep of a config; returns the results store path."""
     from tqdm import tqdm
+
     from . import corpora
 
     cfg = load_config(config, out_dir)
     out = Path(cfg["out_dir"])
     store_path = out / "results.sqlite"
-    store = Store(store_path, config_hash(cfg))
+    store = Store(store_path)
     (out / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True) + "\n")
     corpora.load(cfg["corpus"])  # fetch / verify once, before any worker starts
     jobs = plan(cfg)
+    store.claim(jobs)
     finished = set(store.finished())
     todo = [j for j in jobs if j["id"] not in finished]
     if backend is None:
