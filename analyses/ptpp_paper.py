@@ -253,8 +253,10 @@ def posterior_settings(kind: str):
     if fn is None:
         return False, "bayes_scaling.fit_posterior is not available yet"
     if kind == "laplace":
-        return {"method": "laplace"}, ""
-    return {"method": "nuts", "num_chains": 2, "num_warmup": 400, "num_samples": 500}, ""
+        return {"method": "laplace", "num_chains": 2, "num_samples": 500,
+                "progress_bar": False}, ""
+    return {"method": "nuts", "num_chains": 2, "num_warmup": 300, "num_samples": 400,
+            "progress_bar": False}, ""
 
 
 def run(args, df: pd.DataFrame | None = None) -> str:
