@@ -93,9 +93,11 @@ class Problem:
 
     @property
     def key(self):
-        """Hashable description of the problem's structure (law function, columns, free/fixed)."""
-        return (self.law.name, self.law.fn, tuple(sorted(self.law.column_map.items())),
-                self.names, tuple(sorted(self.fixed)))
+        """Hashable structure of the objective: the law function and which parameters are free.
+
+        Column maps do not enter (the function reads variables), so a law read through another
+        column mapping reuses the compiled program of the law it renames."""
+        return (self.law.fn, self.names, tuple(sorted(self.fixed)))
 
     def sample_inits(self, n, seed):
         rng = np.random.default_rng(seed)
@@ -188,6 +190,14 @@ class MapFit:
     def predict(self, df) -> np.ndarray:
         """Predicted loss for each row of ``df`` (canonical columns)."""
         return np.asarray(self.law(self.params, df))
+
+    def predict_draws(self, df, kind="mean") -> np.ndarray:
+        """Predictions as one draw, shape ``(1, n)``, so point fits and posteriors share an API.
+
+        Only ``kind="mean"`` exists for a point fit (it has no noise model)."""
+        if kind != "mean":
+            raise FitError(f"a MapFit has no predictive distribution; use kind='mean' (got {kind!r})")
+        return self.predict(df)[None, :]
 
     def score(self, df, delta=None) -> dict:
         """``bs.metrics.score`` of this fit's predictions on ``df``."""
