@@ -97,7 +97,8 @@ class Problem:
 
         Column maps do not enter (the function reads variables), so a law read through another
         column mapping reuses the compiled program of the law it renames."""
-        return (self.law.fn, self.names, tuple(sorted(self.fixed)))
+        free = tuple((p.name, p.lower, p.upper, p.log_init) for p in self.free)
+        return (self.law.fn, free, tuple(sorted(self.fixed)))
 
     def sample_inits(self, n, seed):
         rng = np.random.default_rng(seed)
