@@ -871,20 +871,26 @@ def chinchilla_optimal(A, B, alpha, beta, C):
 
 
 def _settings(u, approach, C, D_T):
-    """Decision vector -> recipe columns. ``u`` (..., d): log k [, log r [, t]], r_f = r + t (1-r).
+    """Decision vector -> recipe columns.
+
+    ``u`` (..., d) = (log(D / D_T) [, log r [, t]]): total tokens relative to the corpus, the
+    average ratio, and ``t`` with ``r_f = r + t (1 - r)``; then ``k = r D / D_T`` (M3 Eq. 24) and
+    ``M = C / D``. Searching in D rather than k removes the k-r valley (at fixed D, trading k
+    against r only changes the repetition terms).
 
     ``k < 1`` means training once on the first ``k D_T`` tokens of the corpus (a subset): it is
     evaluated as ``k = 1`` on a corpus of ``k D_T`` tokens, so a data-rich corpus (D_T > D*(C))
     gets the single-epoch Chinchilla optimum.
     """
-    k = jnp.exp(u[..., 0])
+    D_rel = jnp.exp(u[..., 0])
     if approach == "mono_1stage":
-        r = jnp.ones_like(k)
+        r = jnp.ones_like(D_rel)
         r_f = r
     else:
         r = jnp.exp(u[..., 1])
         r_f = r if approach == "multi_1stage" else r + u[..., 2] * (1.0 - r)
-    D = k * D_T / r
+    k = r * D_rel
+    D = D_rel * D_T
     M = C / D
     k_eff = jnp.maximum(k, 1.0)
     DT_eff = D_T * jnp.minimum(k, 1.0)
@@ -912,11 +918,11 @@ _RECIPE_FNS: dict = {}
 
 
 def _recipe_fn(law: Law, approach: str, mean_over_draws: bool):
-    """jit(params (B|S, 1), C (B, 1), D_T (B, 1), u (B, P, d)) -> loss (B, P)."""
+    """jit(params, C (B, 1), D_T (B, 1), u (B, P, d), M and k bounds) -> loss (B, P); +inf outside."""
     key = (law.fn, tuple(sorted(law.column_map.items())), tuple(law.variables), approach,
            mean_over_draws)
     if key not in _RECIPE_FNS:
-        def f(params, C, D_T, u, m_lo, m_hi):
+        def f(params, C, D_T, u, m_lo, m_hi, k_lo=0.0, k_hi=jnp.inf):
             cols = _settings(u, approach, C, D_T)
             if mean_over_draws:  # params (S, 1, 1) against (1, P): expected loss over draws
                 cols = {k: v[None] for k, v in cols.items()}
@@ -924,8 +930,9 @@ def _recipe_fn(law: Law, approach: str, mean_over_draws: bool):
             else:  # params (B,) matched with rows (B, P)
                 p = {k: v[:, None] for k, v in params.items()}
             L = law.fn(p, _recipe_inputs(law, cols))
-            M = cols["M"]
-            bad = ~jnp.isfinite(L) | (M < m_lo) | (M > m_hi)
+            M, k = cols["M"], cols["k_nominal"]
+            bad = (~jnp.isfinite(L) | (M < m_lo) | (M > m_hi) | (k < k_lo * (1 - 1e-12))
+                   | (k > k_hi * (1 + 1e-12)))
             L = jnp.where(bad, jnp.inf, L)
             return jnp.mean(L, axis=0) if mean_over_draws else L
 
@@ -1001,8 +1008,9 @@ def _zoom(fun, lo, hi, B, g0, g, n_zoom, n_starts=4):
 
 
 def _bounds(approach, k_bounds, r_bounds):
+    """Search box in u = (log D/D_T, log r, t): D/D_T = k / r spans [k_lo, k_hi / r_lo]."""
     lo = [math.log(k_bounds[0])]
-    hi = [math.log(k_bounds[1])]
+    hi = [math.log(k_bounds[1]) - (0.0 if approach == "mono_1stage" else math.log(r_bounds[0]))]
     if approach != "mono_1stage":
         lo.append(math.log(r_bounds[0]))
         hi.append(math.log(r_bounds[1]))
@@ -1027,6 +1035,7 @@ def _optimise(draws: ParamDraws, C, D_T, approach, *, per_draw, k_bounds, r_boun
     # ~1e-9 of the first-pass spacing after n_zoom zooms.
     g0, g, n_zoom = {1: (129, 17, 12), 2: (41, 9, 21), 3: (19, 7, 30)}[d]
     m_lo, m_hi = (0.0, np.inf) if M_bounds is None else (float(M_bounds[0]), float(M_bounds[1]))
+    k_lo, k_hi = float(k_bounds[0]), float(k_bounds[1])
     S = draws.n_draws
     fn = _recipe_fn(draws.law, approach, mean_over_draws=not per_draw)
     if per_draw:
@@ -1048,7 +1057,8 @@ def _optimise(draws: ParamDraws, C, D_T, approach, *, per_draw, k_bounds, r_boun
             pb = {k: jnp.asarray(v[drw[idx_p]]) for k, v in draws.params.items()}
         else:
             pb = {k: jnp.asarray(v) for k, v in draws.params.items()}
-        u, f = _zoom(lambda uu: fn(pb, Cb, Db, uu, m_lo, m_hi), lo, hi, idx_p.size, g0, g, n_zoom)
+        u, f = _zoom(lambda uu: fn(pb, Cb, Db, uu, m_lo, m_hi, k_lo, k_hi), lo, hi, idx_p.size,
+                     g0, g, n_zoom)
         us.append(u[: idx.size])
         fs.append(f[: idx.size])
     u = np.concatenate(us)
@@ -1057,11 +1067,10 @@ def _optimise(draws: ParamDraws, C, D_T, approach, *, per_draw, k_bounds, r_boun
                                                     jnp.asarray(D_T[cells])).items()}
     out = {"loss": f, "M": cols["M"], "k": cols["k_nominal"], "r": cols["r"], "r_f": cols["r_f"],
            "D": cols["D"]}
-    at_bound = np.zeros(total, bool)
-    for j in range(d):
-        span = hi[j] - lo[j]
-        at_bound |= (u[:, j] - lo[j] < 1e-6 * span) & (j != 2)
-        at_bound |= (hi[j] - u[:, j] < 1e-6 * span) & (j == 0)
+    kk = out["k"]
+    at_bound = (kk <= k_lo * (1 + 1e-6)) | (kk >= k_hi * (1 - 1e-6))
+    if d > 1:
+        at_bound |= out["r"] <= r_bounds[0] * (1 + 1e-6)
     out["at_bound"] = at_bound
     if per_draw:
         out = {k: v.reshape(S, n_cells) for k, v in out.items()}
@@ -1178,8 +1187,8 @@ def recipe(fit_or_posterior, *, C: float, D_T: float, approaches=APPROACHES, k_b
     The multi approaches include their limits (r -> 1 is mono; r_f = r is single-stage), so the
     best approach is chosen with ties going to the simpler one.
 
-    The search is a grid over (log k, log r, (r_f - r)/(1 - r)) refined by successive zoomed grids,
-    vectorised over draws. The decision for a posterior minimises the posterior expected loss;
+    The search runs over (log D/D_T, log r, (r_f - r)/(1 - r)) (D: total tokens): a grid whose
+    lowest local minima each start a sequence of zoomed grids, vectorised over draws and cells. The decision for a posterior minimises the posterior expected loss;
     intervals come from the per-draw optima.
 
     Args:
@@ -1212,7 +1221,7 @@ def recipe(fit_or_posterior, *, C: float, D_T: float, approaches=APPROACHES, k_b
         row = {"approach": ap, **{k: float(v[0]) for k, v in dec.items() if k != "at_bound"},
                "at_bound": bool(dec["at_bound"][0])}
         # Loss at the decision, per draw.
-        u = [math.log(row["k"])]
+        u = [math.log(row["D"] / D_T)]
         if ap != "mono_1stage":
             u.append(math.log(row["r"]))
         if ap == "multi_2stage":
