@@ -65,8 +65,8 @@ def _noise_var(posterior, draws: ParamDraws | None, noise, n_c):
 
 def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
            queries: pd.DataFrame, criterion: str = "variance", method: str = "linear",
-           noise=None, query_weights=None, n_sim: int = 256, max_draws: int | None = 4000,
-           seed: int = 0) -> pd.DataFrame:
+           noise=None, query_weights=None, greedy: str = "auto", n_sim: int = 256,
+           max_draws: int | None = 4000, seed: int = 0) -> pd.DataFrame:
     """Greedy anchor selection: the candidates that most reduce query uncertainty per unit cost.
 
     Let ``f_i(theta) = log L(theta, x_i)`` (the law in log space, where the likelihood lives) and
@@ -82,9 +82,14 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
     - ``criterion="entropy"``: ``H(A) = E_{y_A}[ 1/2 log det Cov(f_q | y_A) ]``; the reduction
       ``H(0) - H(A)`` is the expected information gain about the queries (nats). Linear method only.
 
-    Greedy rule (cost-benefit greedy): starting from A = {}, add the affordable candidate with the
-    largest ``(V(A) - V(A + c)) / cost_c``; stop when the budget or the gains run out. Each row of
-    the result is one pick with the expected criterion after it.
+    Greedy rule: starting from A = {}, add the affordable candidate with the largest
+    ``(V(A) - V(A + c)) / cost_c`` (``greedy="ratio"``: value per unit compute) or the largest
+    ``V(A) - V(A + c)`` (``"gain"``); stop when the budget or the gains run out. ``"auto"`` (default)
+    runs both and keeps the sequence with the lower final criterion: the ratio rule alone can spend
+    the budget on many cheap, individually efficient runs and miss one expensive run worth more,
+    and taking the better of the two is what gives cost-aware greedy selection its guarantee for
+    submodular criteria (Krause & Guestrin 2005; Leskovec et al. 2007). Each row of the result is
+    one pick with the expected criterion after it.
 
     Two ways of computing V(A + c), both from the draws alone:
 
@@ -113,6 +118,7 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
         method: ``"linear"`` or ``"importance"``.
         noise: sd of the log loss of one run (default: from the posterior's sigma draws).
         query_weights: weights of the queries in the variance criterion (default uniform).
+        greedy: ``"auto"``, ``"ratio"`` or ``"gain"`` (see above).
         n_sim, seed: pseudo-truths of the importance method.
         max_draws: thin :class:`ParamDraws` to at most this many draws.
 
@@ -122,7 +128,7 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
         ``criterion_after`` (expected value after this pick), ``gain``, ``gain_per_cost`` and
         ``reduction`` (cumulative fraction of the initial criterion removed; for entropy, the
         cumulative information gain in nats). ``df.attrs`` holds the initial criterion, the noise,
-        the method and the settings.
+        the method, the greedy rule used and the settings.
     """
     if criterion not in ("variance", "entropy"):
         raise BayesScalingError(f"criterion must be 'variance' or 'entropy', got {criterion!r}")
@@ -130,6 +136,8 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
         raise BayesScalingError(f"method must be 'linear' or 'importance', got {method!r}")
     if method == "importance" and criterion != "variance":
         raise BayesScalingError("method='importance' supports criterion='variance' only")
+    if greedy not in ("auto", "ratio", "gain"):
+        raise BayesScalingError(f"greedy must be 'auto', 'ratio' or 'gain', got {greedy!r}")
     if not isinstance(candidates, pd.DataFrame) or len(candidates) == 0:
         raise BayesScalingError("candidates must be a non-empty DataFrame")
     if not isinstance(queries, pd.DataFrame) or len(queries) == 0:
@@ -160,12 +168,18 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
     if w.shape != (n_q,) or np.any(w < 0) or not np.isfinite(w).all():
         raise BayesScalingError(f"query_weights must be {n_q} non-negative numbers")
 
-    if method == "linear":
-        picks, values, v0 = _greedy_linear(Fc, Fq, s2, w, costs, budget, criterion)
-        extra = {}
-    else:
-        picks, values, v0, ess = _greedy_importance(Fc, Fq, s2, w, costs, budget, n_sim, seed)
-        extra = {"ess": ess}
+    runs = {}
+    for rule in (("ratio", "gain") if greedy == "auto" else (greedy,)):
+        if method == "linear":
+            runs[rule] = (*_greedy_linear(Fc, Fq, s2, w, costs, budget, criterion, rule), [])
+        else:
+            runs[rule] = _greedy_importance(Fc, Fq, s2, w, costs, budget, n_sim, seed, rule)
+    final = {k: (v[1][-1] if v[1] else v[2]) for k, v in runs.items()}
+    rule = min(final, key=lambda k: (final[k], k != "ratio"))
+    picks, values, v0, ess = runs[rule]
+    extra = {"greedy": rule, "final_by_rule": final}
+    if method == "importance":
+        extra["ess"] = ess
         if ess and min(ess) < 0.05 * S:
             warnings.warn(f"importance weights collapsed (mean ESS {min(ess):.1f} of {S} draws); "
                           "use more draws or method='linear'", stacklevel=2)
@@ -188,7 +202,7 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
     return out
 
 
-def _greedy_linear(Fc, Fq, s2, w, costs, budget, criterion):
+def _greedy_linear(Fc, Fq, s2, w, costs, budget, criterion, rule="ratio"):
     n_c, n_q = Fc.shape[1], Fq.shape[1]
     F = np.concatenate([Fc, Fq], axis=1)
     Sig = np.cov(F, rowvar=False).reshape(n_c + n_q, n_c + n_q)
@@ -218,7 +232,7 @@ def _greedy_linear(Fc, Fq, s2, w, costs, budget, criterion):
             Wm = np.linalg.solve(Sig[np.ix_(Q, Q)] + jitter * np.eye(n_q), V)
             quad = np.clip((V * Wm).sum(0) / denom, 0.0, 1.0 - 1e-15)
             gain = -0.5 * np.log1p(-quad)
-        score = np.where(ok, gain / costs, -np.inf)
+        score = np.where(ok, gain / costs if rule == "ratio" else gain, -np.inf)
         c = int(np.argmax(score))
         if not (gain[c] > 0):
             break
@@ -245,7 +259,7 @@ def _weighted_query_var(LW, Fq, w):
     return (var @ w).mean(axis=-1), ess.mean(axis=-1)
 
 
-def _greedy_importance(Fc, Fq, s2, w, costs, budget, n_sim, seed, chunk=8):
+def _greedy_importance(Fc, Fq, s2, w, costs, budget, n_sim, seed, rule="ratio", chunk=8):
     S, n_c = Fc.shape
     rng = np.random.default_rng(seed)
     J = min(int(n_sim), S)
@@ -273,7 +287,7 @@ def _greedy_importance(Fc, Fq, s2, w, costs, budget, n_sim, seed, chunk=8):
             vv, ee = _weighted_query_var(LW[None] + ll, Fq_c, w)
             vals[cc], ess_c[cc] = vv, ee
         gain = cur - vals
-        score = np.where(ok, gain / costs, -np.inf)
+        score = np.where(ok, gain / costs if rule == "ratio" else gain, -np.inf)
         c = int(np.argmax(score))
         if not (gain[c] > 0):
             break

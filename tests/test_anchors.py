@@ -107,6 +107,19 @@ def test_selection_is_per_unit_cost(problem, brute):
     assert sel["candidate"].iloc[0] == best
 
 
+def test_auto_greedy_keeps_the_better_of_ratio_and_gain(problem):
+    q = pd.DataFrame({"D": D_QUERY})
+    c = cands([0.1, 0.1, 1.0, 0.1])
+    final = {}
+    for rule in ("ratio", "gain", "auto"):
+        sel = A.select(problem["draws"], c, budget=1.0, cost="cost", queries=q, greedy=rule)
+        assert sel["cum_cost"].iloc[-1] <= 1.0
+        final[rule] = sel["criterion_after"].iloc[-1]
+    assert final["auto"] == min(final["ratio"], final["gain"])
+    assert sel.attrs["greedy"] in ("ratio", "gain")
+    assert sel.attrs["final_by_rule"]["ratio"] == pytest.approx(final["ratio"])
+
+
 def test_greedy_order_respects_the_budget_and_keeps_reducing(problem):
     sel = A.select(problem["draws"], cands([1.0, 2.0, 3.0, 4.0]), budget=6.0, cost="cost",
                    queries=pd.DataFrame({"D": D_QUERY}))
@@ -152,6 +165,7 @@ def test_cost_6ND():
     (dict(budget=0.0), "budget must be"),
     (dict(criterion="mse"), "criterion must be"),
     (dict(method="exact"), "method must be"),
+    (dict(greedy="lazy"), "greedy must be"),
     (dict(method="importance", criterion="entropy"), "supports criterion='variance' only"),
     (dict(cost="price"), "cost column"),
     (dict(cost=[1.0, -1.0, 1.0, 1.0]), "positive"),
