@@ -161,7 +161,8 @@ def as_draws(obj, max_draws: int | None = None) -> ParamDraws:
     """Parameter draws of a ``MapFit`` (one draw), a ``Posterior`` or a :class:`ParamDraws`.
 
     A posterior is read from ``obj.idata.posterior`` (chains and draws stacked); a law parameter
-    absent there (held fixed during inference) is taken from ``obj.map.params``. The likelihood
+    absent there (held fixed during inference) is taken from ``obj.settings["fixed"]`` or
+    ``obj.map``. The likelihood
     scale ``sigma`` is read when the posterior has it.
     """
     if isinstance(obj, ParamDraws):
@@ -172,8 +173,10 @@ def as_draws(obj, max_draws: int | None = None) -> ParamDraws:
     idata = getattr(obj, "idata", None)
     if idata is not None and hasattr(idata, "posterior"):
         post = idata.posterior
-        fixed = dict(getattr(getattr(obj, "map", None), "params", None) or {})
+        m = getattr(obj, "map", None)
+        fixed = dict(m) if isinstance(m, Mapping) else dict(getattr(m, "params", None) or {})
         fixed.update(getattr(obj, "fixed", None) or {})
+        fixed.update((getattr(obj, "settings", None) or {}).get("fixed", None) or {})
         params = {}
         for name in law.param_names:
             if name in post:
@@ -963,13 +966,14 @@ def _grid_local_minima(f, g0, d, n_starts):
     return np.where(ok, order, best[:, None])
 
 
-def _zoom(fun, lo, hi, B, g0, g, n_zoom, n_starts=4):
+def _zoom(fun, lo, hi, B, g0, g, n_zoom, n_starts=3):
     """Minimise ``fun(u (B', P, d)) -> (B', P)`` over the box [lo, hi] for every batch element.
 
-    Multi-start zoom search: a ``g0^d`` grid over the whole box; its ``n_starts`` lowest local
-    minima each start a sequence of ``g^d`` grids over +-1.5 spacings around the incumbent (each
-    zoom shrinks the spacing by 3/(g-1)); the best end point wins. Vectorised over batch and
-    starts. Returns (u* (B, d), f* (B,)).
+    Multi-start pattern search: a ``g0^d`` grid over the whole box; its ``n_starts`` lowest local
+    minima each start a sequence of ``g^d`` grids over +-1.5 spacings around the incumbent, which
+    recentre on the best point and shrink by 3/(g-1) only when the incumbent does not improve;
+    then a full-range scan of each coordinate through the incumbent and another round of zooms.
+    The best end point wins. Vectorised over batch and starts. Returns (u* (B, d), f* (B,)).
     """
     lo, hi = np.asarray(lo, float), np.asarray(hi, float)
     d = lo.size
@@ -991,17 +995,35 @@ def _zoom(fun, lo, hi, B, g0, g, n_zoom, n_starts=4):
     def fun_k(u):  # (B*K, P, d) -> (B*K, P): each start sees its own batch element
         return np.asarray(fun(jnp.asarray(u.reshape(B, K * u.shape[1], d)))).reshape(B * K, -1)
 
-    for _ in range(n_zoom):
-        u = np.clip(centre[:, None, :] + half[:, None, :] * offs[None], lo, hi)
+    def zoom(centre, half, best_u, best_f, n_iter):
+        # pattern search: recentre on the best grid point; shrink only when the incumbent stays
+        for _ in range(n_iter):
+            u = np.clip(centre[:, None, :] + half[:, None, :] * offs[None], lo, hi)
+            f = fun_k(u)
+            f = np.where(np.isfinite(f), f, np.inf)
+            i = np.argmin(f, axis=1)
+            fi = f[rows, i]
+            better = fi < best_f - 1e-15 * np.abs(best_f)
+            best_u = np.where(better[:, None], u[rows, i], best_u)
+            best_f = np.where(better, fi, best_f)
+            centre = best_u.copy()
+            half = np.where(better[:, None], half, np.minimum(3.0 * half / (g - 1), (hi - lo) / 2))
+        return best_u, best_f
+
+    best_u, best_f = zoom(centre, half, best_u, best_f, n_zoom + n_zoom // 2)
+    # polish: a full-range scan of each coordinate through the incumbent, then zoom again
+    line = np.linspace(0.0, 1.0, 65)
+    for j in range(d):
+        u = np.repeat(best_u[:, None, :], line.size, axis=1)
+        u[:, :, j] = lo[j] + (hi[j] - lo[j]) * line
         f = fun_k(u)
         f = np.where(np.isfinite(f), f, np.inf)
         i = np.argmin(f, axis=1)
-        fi = f[rows, i]
-        better = fi <= best_f
+        better = f[rows, i] < best_f
         best_u = np.where(better[:, None], u[rows, i], best_u)
-        best_f = np.where(better, fi, best_f)
-        centre = best_u.copy()
-        half = np.minimum(3.0 * half / (g - 1), (hi - lo) / 2)
+        best_f = np.where(better, f[rows, i], best_f)
+    half = np.broadcast_to(1.5 * (hi - lo) / 64, (B * K, d)).copy()
+    best_u, best_f = zoom(best_u.copy(), half, best_u, best_f, n_zoom)
     best_f = best_f.reshape(B, K)
     j = np.argmin(best_f, axis=1)
     return best_u.reshape(B, K, d)[np.arange(B), j], best_f[np.arange(B), j]
@@ -1033,7 +1055,7 @@ def _optimise(draws: ParamDraws, C, D_T, approach, *, per_draw, k_bounds, r_boun
     d = lo.size
     # First-pass grid g0 per dimension, zoom grid g; the spacing shrinks by 3/(g-1) per zoom, to
     # ~1e-9 of the first-pass spacing after n_zoom zooms.
-    g0, g, n_zoom = {1: (129, 17, 12), 2: (41, 9, 21), 3: (19, 7, 30)}[d]
+    g0, g, n_zoom = {1: (129, 17, 10), 2: (41, 9, 18), 3: (19, 7, 24)}[d]
     m_lo, m_hi = (0.0, np.inf) if M_bounds is None else (float(M_bounds[0]), float(M_bounds[1]))
     k_lo, k_hi = float(k_bounds[0]), float(k_bounds[1])
     S = draws.n_draws

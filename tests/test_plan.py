@@ -389,3 +389,27 @@ def test_bad_recipe_inputs(kw, msg):
 def test_recipe_refuses_laws_off_the_recipe_columns():
     with pytest.raises(bs.BayesScalingError, match="does not define"):
         P.recipe(point(TGT), C=1e18, D_T=1e9)
+
+
+@pytest.mark.slow
+def test_plan_with_fitted_posteriors():
+    """End to end with bs.fit_posterior (Laplace, for speed) on simulated PTPP-paper-grid data."""
+    fit_posterior = getattr(bs, "fit_posterior", None)
+    if fit_posterior is None:
+        pytest.skip("bs.fit_posterior is not available")
+    rng = np.random.default_rng(0)
+    rows = pd.DataFrame([dict(N=n, D=a * n, replay=r, ptpp=PTPP) for n in (2e4, 5e4, 1e5)
+                         for r in (0.1, 0.25, 0.5) for a in (1, 4, 16, 64, 256)])
+    tgt = rows.assign(loss=np.asarray(DCPT(TGT | {"C": 1e-3}, rows))
+                      * np.exp(0.003 * rng.standard_normal(len(rows))))
+    src = rows.assign(loss=np.asarray(DCPT(SRC_I, rows)) * np.exp(0.003 * rng.standard_normal(len(rows))))
+    pt = fit_posterior("dcpt", tgt, seed=0, method="laplace")
+    ps = fit_posterior("dcpt", src, seed=0, method="laplace")
+    d = P.as_draws(pt)
+    assert d.n_draws > 100 and d.sigma is not None
+    pl = P.adaptation(pt, ps, N=N, ptpp=PTPP, max_forgetting="+2%", target_loss=2.05, source_base=L0,
+                      prob=0.9)
+    assert pl.chance.flops >= pl.deterministic.flops
+    assert pl.chance.p_target >= 0.9 and pl.chance.p_forgetting >= 0.9
+    ref = plan(point(TGT | {"C": 1e-3}), point(SRC_I), target_loss=2.05).deterministic
+    assert pl.deterministic.atpp == pytest.approx(ref.atpp, rel=0.2)  # the fit recovers the plan

@@ -1,0 +1,197 @@
+"""Which PTPP-279 runs to buy: random anchors vs the paper's anchors vs ``bs.anchors.select``.
+
+    python analyses/anchor_study.py                 # on bayes_scaling/datasets/bible_ptpp.csv
+    python analyses/anchor_study.py --synthetic     # dry run on a synthetic table with the same grid
+
+Protocol (issue "Decisions", PTPP paper Sec. 2 "Anchors", Table 2): the target-domain law
+(Form 3, ``ptpp_gated_floor``) is fitted on the adaptation rows at PTPP {15, 31}. Candidates are
+every target-domain adaptation row at PTPP 279 except the largest model's; the queries are the
+largest model's PTPP-279 rows (held out from the candidates). Each candidate costs 6 N D FLOPs
+(N non-embedding parameters, D adaptation tokens). At equal compute budgets, three ways to choose
+anchors are compared; the law is refitted on the PTPP-{15, 31} rows plus the anchors and scored on
+the queries (MAE_rel of the posterior median; coverage of the 90% predictive interval):
+
+- random: candidates in random order, each taken if it still fits the budget (mean over seeds);
+- paper: the smallest model's grid (the PTPP paper's 241M anchors), cheapest first, then the next
+  smallest model's, within the budget; at budget 1x it is exactly the smallest model's full grid;
+- ours: ``bs.anchors.select`` (greedy expected query-variance reduction per FLOP with the
+  plain-gain fallback, ``greedy="auto"``, from the posterior fitted at PTPP {15, 31}); also
+  reported: ``ours-gain``, the same criterion ranked by value alone (``greedy="gain"``).
+
+Budgets are multiples of the paper's anchor cost. Writes ``analyses/out/anchor_study/``
+(``--synthetic``: ``anchor_study_synthetic/``): results.csv, budget_error.png, summary.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bible_common as bc  # noqa: E402
+
+import bayes_scaling as bs  # noqa: E402
+from bayes_scaling.anchors import candidate_cost, select  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def split(df):
+    t = df[(df["domain"] == "target") & (df["D"] > 0)].copy()
+    train = t[np.isin(t["ptpp"], (15.0, 31.0))]
+    stage = t[np.isclose(t["ptpp"], 279.0)]
+    largest = stage["N"].max()
+    queries = stage[np.isclose(stage["N"], largest)]
+    cands = stage[~np.isclose(stage["N"], largest)]
+    return train, cands, queries
+
+
+def paper_order(cands):
+    """Smallest model first, cheapest run first within a model."""
+    c = cands.assign(_cost=candidate_cost(cands))
+    return c.sort_values(["N", "_cost"]).index.tolist()
+
+
+def take_in_order(order, cost, budget):
+    chosen, left = [], budget
+    for i in order:
+        if cost[i] <= left * (1 + 1e-12):
+            chosen.append(i)
+            left -= cost[i]
+    return chosen
+
+
+def score(post, queries, level=0.9):
+    med, lo, hi = bc.predictive(post, queries, level)
+    y = queries["loss"].to_numpy(float)
+    return {"mae_rel": float(np.mean(np.abs(med - y) / y)),
+            "coverage90": float(np.mean((y >= lo) & (y <= hi))),
+            "width_rel": float(np.mean((hi - lo) / y))}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--synthetic", action="store_true", help="dry run on a synthetic table")
+    ap.add_argument("--law", default="ptpp_gated_floor")
+    ap.add_argument("--budgets", default="0.25,0.5,1,2", help="multiples of the paper's anchor cost")
+    ap.add_argument("--seeds", type=int, default=5, help="random-anchor seeds")
+    ap.add_argument("--posterior", default="auto", choices=("auto", "nuts", "laplace"),
+                    help="posterior of the base fit (auto: bs.fit_posterior when available)")
+    ap.add_argument("--refit-posterior", default=None, choices=("auto", "nuts", "laplace"),
+                    help="posterior of the refits (default: as --posterior)")
+    ap.add_argument("--posterior-kw", default="{}", help="JSON kwargs for bs.fit_posterior")
+    args = ap.parse_args(argv)
+    out = HERE / "out" / ("anchor_study_synthetic" if args.synthetic else "anchor_study")
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    df = bc.load(args.synthetic)
+    cov = bc.coverage_report(df)
+    missing = [p for p in bc.STAGES if p not in cov["stages"]]
+    if missing or len(cov["sizes_at_279"]) < 2:
+        msg = (f"bible_ptpp does not cover the study yet: adaptation rows at PTPP {cov['stages']} "
+               f"(missing {missing}), sizes at PTPP 279: {cov['sizes_at_279']}. Rerun when the "
+               "sweep has committed PTPP 279 rows for at least two sizes.")
+        (out / "summary.md").write_text(f"# Anchor study\n\nNot run: {msg}\n")
+        print(msg)
+        return 1
+    law = bs.laws.get(args.law)
+    kw = json.loads(args.posterior_kw)
+    train, cands, queries = split(df)
+    cost = pd.Series(candidate_cost(cands), index=cands.index)
+    p_order = paper_order(cands)
+    smallest = cands["N"].min()
+    paper_cost = float(cost[np.isclose(cands["N"], smallest)].sum())
+    budgets = [float(b) * paper_cost for b in args.budgets.split(",")]
+
+    refit_kind = args.refit_posterior or args.posterior
+    base, how = bc.posterior(law, train, seed=0, kind=args.posterior, posterior_kw=kw)
+    rows = [dict(strategy="none", budget_x=0.0, budget=0.0, spent=0.0, n_anchors=0, seed=0,
+                 **score(base, queries))]
+    sel_full = select(base, cands, budget=max(budgets), queries=queries)
+    sel_full.to_csv(out / "selection_order.csv", index=False)
+
+    def refit(idx, strategy, b, seed=0):
+        fit_df = pd.concat([train, cands.loc[idx]])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            post, _ = bc.posterior(law, fit_df, seed=seed, kind=refit_kind, posterior_kw=kw)
+        rows.append(dict(strategy=strategy, budget_x=b / paper_cost, budget=b,
+                         spent=float(cost[idx].sum()), n_anchors=len(idx), seed=seed,
+                         **score(post, queries)))
+
+    for b in budgets:
+        ours = select(base, cands, budget=b, queries=queries)
+        refit(ours["candidate"].tolist(), "ours", b)
+        gain = select(base, cands, budget=b, queries=queries, greedy="gain")["candidate"].tolist()
+        refit(gain, "ours-gain", b)
+        refit(take_in_order(p_order, cost, b), "paper", b)
+        for s in range(args.seeds):
+            order = list(np.random.default_rng(s).permutation(cands.index.to_numpy()))
+            refit(take_in_order(order, cost, b), "random", b, seed=s)
+        print(f"budget {b / paper_cost:g}x done ({time.time() - t0:.0f} s)", flush=True)
+
+    res = pd.DataFrame(rows)
+    res.to_csv(out / "results.csv", index=False)
+    agg = res.groupby(["strategy", "budget_x"]).agg(
+        mae_rel=("mae_rel", "mean"), mae_rel_sd=("mae_rel", "std"), coverage90=("coverage90", "mean"),
+        width_rel=("width_rel", "mean"), spent=("spent", "mean"), n_anchors=("n_anchors", "mean"),
+        seeds=("seed", "count")).reset_index()
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    colors = {"ours": "C2", "ours-gain": "C3", "paper": "C0", "random": "C1", "none": "k"}
+    for strat, g in agg.groupby("strategy"):
+        g = g.sort_values("budget_x")
+        if strat == "none":
+            for ax, col in zip(axes, ("mae_rel", "coverage90")):
+                ax.axhline(g[col].iloc[0], color="k", ls=":", label="no anchors")
+            continue
+        axes[0].errorbar(g["budget_x"], g["mae_rel"], yerr=g["mae_rel_sd"].fillna(0), marker="o",
+                         color=colors[strat], label=strat, capsize=3)
+        axes[1].plot(g["budget_x"], g["coverage90"], marker="o", color=colors[strat], label=strat)
+    axes[1].axhline(0.9, color="grey", ls="--", lw=1)
+    axes[0].set(xscale="log", xlabel="budget (x the paper's anchor cost)",
+                ylabel="MAE_rel at the queries", title="error at the largest model, PTPP 279")
+    axes[1].set(xscale="log", xlabel="budget (x the paper's anchor cost)",
+                ylabel="90% interval coverage", title="calibration", ylim=(-0.02, 1.02))
+    axes[0].legend()
+    fig.savefig(out / "budget_error.png", dpi=120)
+    plt.close(fig)
+
+    best = {}
+    for b, g in agg[agg["strategy"] != "none"].groupby("budget_x"):
+        g = g.set_index("strategy")["mae_rel"]
+        best[b] = (g.idxmin(), g.to_dict())
+    lines = [f"# Anchor study on `bible_ptpp`" + (" (SYNTHETIC dry run)" if args.synthetic else ""), "",
+             f"Law `{law.name}` on the target domain; fit at PTPP {{15, 31}} ({len(train)} rows); "
+             f"{len(cands)} candidates at PTPP 279; {len(queries)} queries (largest model, "
+             f"N_nonemb = {queries['N'].iloc[0]:.0f}). Posterior: {how} (refits: {refit_kind}). "
+             f"Paper anchor cost "
+             f"{paper_cost:.3e} FLOPs; random: mean of {args.seeds} seeds. "
+             f"Run time {time.time() - t0:.0f} s.", "",
+             "| strategy | budget (x paper) | anchors | FLOPs spent | MAE_rel | 90% coverage | rel. width |",
+             "|---|---|---|---|---|---|---|"]
+    for _, r in agg.sort_values(["budget_x", "strategy"]).iterrows():
+        lines.append(f"| {r['strategy']} | {r['budget_x']:g} | {r['n_anchors']:.1f} | {r['spent']:.3e} | "
+                     f"{r['mae_rel']:.4f}" + (f" +- {r['mae_rel_sd']:.4f}" if r['seeds'] > 1 else "")
+                     + f" | {r['coverage90']:.2f} | {r['width_rel']:.4f} |")
+    lines += ["", "Winner by MAE_rel at each budget (honest comparison; random is a mean over seeds):", ""]
+    for b, (w, d) in best.items():
+        others = ", ".join(f"{k} {v:.4f}" for k, v in sorted(d.items()))
+        lines.append(f"- {b:g}x: **{w}** ({others})")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Shared pieces of the two ``bible_ptpp`` studies (``anchor_study.py``, ``ptpp_plan.py``).
+
+- :func:`load`: the bundled table (or a synthetic stand-in), with ``N`` set to the non-embedding
+  parameter count, because the table's ``ptpp`` and ``atpp`` are tokens per non-embedding
+  parameter (datasheet); so ATPP = D / N and FLOPs = 6 N D use the same N.
+- :func:`posterior`: ``bs.fit_posterior`` when the package has it; otherwise a Laplace
+  approximation around the Huber MAP fit (:func:`laplace_posterior`), stated in every output.
+"""
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+import bayes_scaling as bs
+from bayes_scaling.fit import Problem
+from bayes_scaling.plan import ParamDraws
+
+STAGES = (15.0, 31.0, 279.0)
+DELTA = 0.02  # PTPP paper Sec. 2
+
+
+def load(synthetic: bool = False, seed: int = 0) -> pd.DataFrame:
+    """``bible_ptpp`` with N := N_nonemb (or a synthetic table on the same grid, for dry runs)."""
+    if synthetic:
+        return synthetic_table(seed)
+    df = bs.datasets.load("bible_ptpp")
+    df = df.copy()
+    df["N_total"] = df["N"]
+    df["N"] = df["N_nonemb"].astype(float)
+    return df
+
+
+def synthetic_table(seed=0, noise=0.004) -> pd.DataFrame:
+    """The bible_ptpp grid (4 sizes, PTPP 15/31/279, replay 0.1/0.25/0.5, ATPP 0.5..32) with losses
+    from fixed parameters on the same loss scale (target: Form 3, source: Form 1), plus D = 0 rows
+    (source: 3% above the law's converged source-only loss)."""
+    rng = np.random.default_rng(seed)
+    sizes = (9828.0, 25472.0, 56640.0, 100096.0)
+    rows = []
+    for n in sizes:
+        for p in STAGES:
+            rows.append(dict(N=n, ptpp=p, D=0.0, replay=np.nan, is_base=True))
+            for r in (0.1, 0.25, 0.5):
+                for a in (0.5, 1, 2, 4, 8, 16, 32):
+                    rows.append(dict(N=n, ptpp=p, D=a * n, replay=r, is_base=False))
+    grid = pd.DataFrame(rows)
+    tgt = bs.laws.get("ptpp_gated_floor")
+    src = bs.laws.get("ptpp_floor")
+    tgt_p = dict(E=1.5, A=40.0, alpha=0.35, B=12.0, beta=0.3, nu=0.2, C=0.01, gamma=0.3, lam=0.3,
+                 zeta=0.5, F=1.5, eta=0.4)
+    src_p = dict(E=1.2, A=40.0, alpha=0.35, B=8.0, beta=0.3, nu=0.2, C=0.05, gamma=0.3, F=1.5, eta=0.4)
+    out = []
+    for dom, law, p in (("target", tgt, tgt_p), ("source", src, src_p)):
+        g = grid.copy()
+        g["domain"] = dom
+        adapt = g["D"] > 0
+        loss = np.empty(len(g))
+        loss[adapt.to_numpy()] = np.asarray(law(p, g[adapt]))
+        # base rows: the converged-source-only value plus a small gap (target: the r -> 1 forecast)
+        base = g[~adapt].assign(D=1e9 * g.loc[~adapt, "N"], replay=1 - 1e-9)
+        loss[(~adapt).to_numpy()] = np.asarray(law(p, base)) * (1.03 if dom == "source" else 1.3)
+        g["loss"] = loss * np.exp(noise * rng.standard_normal(len(g)))
+        out.append(g)
+    df = pd.concat(out, ignore_index=True)
+    df["size"] = df["N"].map({n: f"s{i + 1}" for i, n in enumerate(sizes)})
+    return df
+
+
+def coverage_report(df: pd.DataFrame) -> dict:
+    """Which stages, sizes and domains have adaptation rows."""
+    a = df[df["D"] > 0]
+    return {
+        "rows": int(len(df)),
+        "stages": sorted(float(p) for p in a["ptpp"].unique()),
+        "by_stage": {float(p): int(n) for p, n in a.groupby("ptpp").size().items()},
+        "sizes_at_279": sorted(float(n) for n in a.loc[np.isclose(a["ptpp"], 279), "N"].unique()),
+    }
+
+
+def laplace_posterior(law, df, *, n_draws=2000, seed=0, n_starts=32, prior_sd=1.0) -> ParamDraws:
+    """Gaussian (Laplace) approximation to the Huber-likelihood posterior.
+
+    The MAP (Huber, delta = 0.02) fit in the unconstrained space ``u`` of ``bs.fit_map``; the
+    likelihood ``exp(-J(u) / sigma^2)`` with ``sigma^2`` the mean squared log residual (n - p
+    degrees of freedom) and a weak Gaussian prior of sd ``prior_sd`` on each unconstrained
+    coordinate around the MAP (a factor e on scale parameters), which keeps directions the data
+    do not constrain finite; draws ``u ~ N(u_hat, (grad^2 J / sigma^2 + I / prior_sd^2)^-1)``
+    mapped back through the parameter transforms, so every draw respects the bounds.
+    """
+    fit = bs.fit_map(law, df, delta=DELTA, n_starts=n_starts, seed=seed)
+    prob, vdf = Problem.build(law, df)
+    theta = jnp.asarray([fit.params[p.name] for p in prob.free])
+    u_hat = prob.u(theta)
+    J = lambda u: prob.objective_theta(prob.theta(u), DELTA)  # noqa: E731
+    H = np.asarray(jax.hessian(J)(u_hat))
+    resid = np.log(fit.predict(vdf)) - np.log(vdf["loss"].to_numpy(float))
+    dof = max(len(resid) - len(prob.free), 1)
+    s2 = float(np.sum(resid ** 2) / dof)
+    w, V = np.linalg.eigh((H + H.T) / 2 / s2)
+    w = np.maximum(w, 0.0) + 1.0 / prior_sd ** 2
+    cov = (V / w) @ V.T
+    rng = np.random.default_rng(seed)
+    u = rng.multivariate_normal(np.asarray(u_hat), cov, size=n_draws, method="eigh")
+    th = np.asarray(prob.theta(jnp.asarray(u)))
+    params = {p.name: th[:, i] for i, p in enumerate(prob.free)}
+    d = ParamDraws(law, params, sigma=np.full(n_draws, np.sqrt(s2)))
+    d.map = fit  # the point fit beside the draws
+    return d
+
+
+def posterior(law, df, *, seed=0, kind="auto", posterior_kw=None):
+    """(posterior, label): NUTS via ``bs.fit_posterior`` when available, else Laplace."""
+    fp = getattr(bs, "fit_posterior", None)
+    if kind in ("auto", "nuts") and fp is not None:
+        kw = {"progress_bar": False, **(posterior_kw or {})}
+        return fp(law, df, seed=seed, **kw), f"bs.fit_posterior ({kw.get('method', 'nuts')})"
+    if kind == "nuts":
+        raise RuntimeError("bs.fit_posterior is not available in this version of the package")
+    return laplace_posterior(law, df, seed=seed), "Laplace approximation at the Huber MAP (fallback)"
+
+
+def predictive(post, df, level=0.9, seed=0):
+    """(median of the expected loss, lower, upper of the predictive interval) at the rows of df."""
+    mean = np.asarray(post.predict_draws(df, kind="mean"))
+    try:
+        pred = np.asarray(post.predict_draws(df, kind="predictive", seed=seed))
+    except TypeError:
+        pred = np.asarray(post.predict_draws(df, kind="predictive"))
+    a = (1 - level) / 2
+    return np.median(mean, 0), np.quantile(pred, a, 0), np.quantile(pred, 1 - a, 0)
+
+
+def dump(obj, path):
+    with open(path, "w") as fh:
+        json.dump(obj, fh, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o))

@@ -1,0 +1,131 @@
+"""The headline adaptation plan: the largest ``bible_ptpp`` model at PTPP 279.
+
+    python analyses/ptpp_plan.py                                # defaults below
+    python analyses/ptpp_plan.py --max-forgetting 2% --target-loss 2.2 --prob 0.9
+    python analyses/ptpp_plan.py --synthetic                    # dry run on a synthetic table
+
+The PTPP paper's Section 4 problem (Figure 2) on this project's own runs: the target (French)
+loss with Form 3 (``ptpp_gated_floor``) and the source (English/Arabic) loss with Form 1
+(``ptpp_floor``), as in the paper, each fitted to every adaptation row (D > 0) of its domain;
+then ``bs.plan.adaptation`` for the largest model (N = non-embedding parameters, so ATPP is the
+table's ``atpp``) at PTPP 279: the deterministic plan (median forecast) and the 90%
+chance-constrained plan. The pre-adaptation source loss is the measured loss of the un-adapted
+PTPP-279 checkpoint (its D = 0 row) when the table has it.
+
+Default target loss: the median forecast at ATPP 16 with 25% replay (mid-grid), so the question
+is "what is the cheapest way to reach what a mid-grid run reaches"; pass ``--target-loss`` to ask
+your own. Writes ``analyses/out/ptpp_plan/`` (``--synthetic``: ``ptpp_plan_synthetic/``):
+plan.json, plan.csv, fig2_plan.png, summary.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bible_common as bc  # noqa: E402
+
+import bayes_scaling as bs  # noqa: E402
+from bayes_scaling import plan as P  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--synthetic", action="store_true")
+    ap.add_argument("--ptpp", type=float, default=279.0)
+    ap.add_argument("--max-forgetting", default="+2%")
+    ap.add_argument("--target-loss", type=float, default=None)
+    ap.add_argument("--prob", type=float, default=0.9)
+    ap.add_argument("--target-law", default="ptpp_gated_floor")
+    ap.add_argument("--source-law", default="ptpp_floor")
+    ap.add_argument("--fit-stages", default="all", help="'all' or e.g. '15,31' (forecast mode)")
+    ap.add_argument("--posterior", default="auto", choices=("auto", "nuts", "laplace"))
+    ap.add_argument("--posterior-kw", default="{}")
+    args = ap.parse_args(argv)
+    out = HERE / "out" / ("ptpp_plan_synthetic" if args.synthetic else "ptpp_plan")
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    df = bc.load(args.synthetic)
+    cov = bc.coverage_report(df)
+    adapt = df[df["D"] > 0]
+    if args.fit_stages != "all":
+        stages = [float(s) for s in args.fit_stages.split(",")]
+        adapt = adapt[np.isin(adapt["ptpp"], stages)]
+    if adapt.empty or adapt["ptpp"].nunique() < 2:
+        msg = f"not enough stages to fit PTPP-aware laws: {cov}"
+        (out / "summary.md").write_text(f"# Adaptation plan\n\nNot run: {msg}\n")
+        print(msg)
+        return 1
+    kw = json.loads(args.posterior_kw)
+    N = float(df["N"].max())  # largest model, non-embedding parameters
+    fits = {}
+    for dom, lname in (("target", args.target_law), ("source", args.source_law)):
+        d = adapt[adapt["domain"] == dom]
+        fits[dom], how = bc.posterior(bs.laws.get(lname), d, seed=0, kind=args.posterior,
+                                      posterior_kw=kw)
+    base_rows = df[(df["D"] == 0) & (df["domain"] == "source") & np.isclose(df["N"], N)
+                   & np.isclose(df["ptpp"], args.ptpp)]
+    source_base = df if len(base_rows) else None
+    tau = args.target_loss
+    if tau is None:
+        row = pd.DataFrame({"N": [N], "D": [16 * N], "replay": [0.25], "ptpp": [args.ptpp]})
+        tau = float(np.median(P.predict_draws(fits["target"], row)))
+    stage_note = ("fitted on every stage present" if args.fit_stages == "all"
+                  else f"fitted on PTPP {args.fit_stages} only (forecast)")
+    forecast = args.ptpp not in cov["stages"] or args.fit_stages != "all"
+    try:
+        plan = P.adaptation(fits["target"], fits["source"], N=N, ptpp=args.ptpp,
+                            max_forgetting=args.max_forgetting, target_loss=tau, prob=args.prob,
+                            source_base=source_base, atpp_bounds=(0.1, 1000))
+    except P.InfeasiblePlanError as e:
+        text = (f"# Adaptation plan, N = {N:.0f}, PTPP {args.ptpp:g}\n\nInfeasible: {e}\n")
+        (out / "summary.md").write_text(text)
+        print(text)
+        return 2
+    plan.save(out / "plan.json")
+    plan.to_frame().to_csv(out / "plan.csv", index=False)
+    P.plot_adaptation(plan, path=out / "fig2_plan.png")
+    d, c = plan.deterministic, plan.chance
+    lines = [f"# Adaptation plan: largest `bible_ptpp` model at PTPP {args.ptpp:g}"
+             + (" (SYNTHETIC dry run)" if args.synthetic else ""), "",
+             f"Target law `{args.target_law}`, source law `{args.source_law}`, {stage_note}"
+             + (" -- PTPP 279 is not in the table yet, so this plan is a forecast" if forecast else "")
+             + f". Posterior: {how}. N = {N:.0f} non-embedding parameters; rows used: "
+             f"{len(adapt)}. Constraints: forgetting <= {args.max_forgetting}, target loss <= "
+             f"{tau:.4f}" + (" (default: the median forecast at ATPP 16, 25% replay)"
+                              if args.target_loss is None else "") +
+             f". L_src,0 = {plan.source_base['median']:.4f} ({plan.source_base_method}). "
+             f"Run time {time.time() - t0:.0f} s.", "",
+             "| plan | ATPP | replay | FLOPs | target loss (90% int.) | forgetting (90% int.) | P(target) | P(forgetting) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for p in (d, c):
+        if p is None:
+            continue
+        f = p.forgetting_rel
+        t = p.target_loss
+        lines.append(f"| {p.kind} | {p.atpp:.3f} | {100 * p.replay:.1f}% | {p.flops:.3e} | "
+                     f"{t['median']:.4f} [{t['lower']:.4f}, {t['upper']:.4f}] | "
+                     f"{100 * f['median']:+.2f}% [{100 * f['lower']:+.2f}%, {100 * f['upper']:+.2f}%] | "
+                     f"{p.p_target:.2f} | {p.p_forgetting:.2f} |")
+    if c is not None:
+        lines += ["", f"Price of certainty (p = {args.prob:g}): x{plan.price_of_certainty:.2f} FLOPs."]
+    lines += ["", "Figure: `fig2_plan.png` (the PTPP paper's Figure 2 with probability contours)."]
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    print(repr(plan))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
