@@ -11,6 +11,9 @@ from . import errors, laws  # noqa: E402,F401
 from .errors import BayesScalingError, DataError, FitError, LawError  # noqa: E402,F401
 from . import data, datasets, metrics  # noqa: E402,F401
 from .fit import MapFit, fit_map, fit_two_phase  # noqa: E402,F401
+from .bayes import Posterior, fit_posterior, load_posterior  # noqa: E402,F401
+from .compare import compare  # noqa: E402,F401
+from . import plots  # noqa: E402,F401
 from . import evaluate  # noqa: E402,F401
 from . import anchors, plan  # noqa: E402,F401
 

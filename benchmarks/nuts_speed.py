@@ -1,0 +1,144 @@
+"""NUTS speed on the hard case: the Form-3 (`ptpp_gated_floor`) posterior on two PTPP levels.
+
+The table: 4 model sizes x PTPP {15, 31} x replay {0.1, 0.25, 0.5} x 6 adaptation budgets
+(0.5 .. 30 tokens per parameter) = 144 rows, losses from `law.example` times exp(0.005 eps).
+Both configurations draw 4 chains x 1000 samples after 1000 warm-up steps, in the same process:
+
+- default: `bs.fit_posterior(law, df)` (log-normal priors from the init ranges, centred sampling
+  coordinates, chains started near the posterior mode, whitened by its Laplace covariance, dense
+  mass matrix, target acceptance 0.9);
+- naive: plain Normal priors on the natural scale, NumPyro's default init (uniform in (-2, 2) on
+  the unconstrained scale), no sampling coordinates, no whitening, diagonal mass matrix,
+  target acceptance 0.8.
+
+Wall time includes compilation and the mode search. ESS/s is the minimum bulk ESS over the
+parameters divided by the wall time. `--chain-methods` also times the default configuration with
+NumPyro's "sequential" chains and with "parallel" chains on 2 host devices (a subprocess, since
+the device count must be set before JAX starts).
+
+Usage:
+    .venv/bin/python benchmarks/nuts_speed.py [--skip-naive] [--chain-methods] [--write]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import pandas as pd
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def hard_case(noise=0.005, seed=0):
+    import bayes_scaling as bs
+
+    law = bs.laws.get("ptpp_gated_floor")
+    rows = [dict(N=n, ptpp=p, replay=r, D=a * n) for n in (2e4, 4e4, 8e4, 1.6e5) for p in (15, 31)
+            for r in (0.1, 0.25, 0.5) for a in (0.5, 1, 2, 5, 12, 30)]
+    df = pd.DataFrame(rows)
+    rng = np.random.default_rng(seed)
+    df["loss"] = np.asarray(law(law.example, df)) * np.exp(noise * rng.standard_normal(len(df)))
+    return law, df
+
+
+def run(config, chain_method="vectorized", seed=0):
+    import bayes_scaling as bs
+    from bayes_scaling import bayes as B
+
+    law, df = hard_case()
+    kw = dict(num_chains=4, num_warmup=1000, num_samples=1000, seed=seed, progress_bar=False,
+              chain_method=chain_method)
+    if config == "naive":
+        kw.update(priors=B.plain_priors(law), coordinates=None, init="uniform", whiten=False,
+                  dense_mass=False, target_accept=0.8)
+    t = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        post = bs.fit_posterior(law, df, **kw)
+    wall = time.perf_counter() - t
+    d = post.diagnostics
+    return {"config": config, "chain_method": chain_method, "wall_s": wall,
+            "mode_search_s": d["seconds_modes"], "max_rhat": d["max_rhat"],
+            "min_ess_bulk": d["min_ess_bulk"], "min_ess_tail": d["min_ess_tail"],
+            "divergences": d["divergences"], "ess_per_s": d["min_ess_bulk"] / wall,
+            "mean_leapfrog": float(np.asarray(post.idata.sample_stats["n_steps"]).mean()),
+            "ok": post.ok}
+
+
+def _subprocess(config, chain_method, devices):
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    out = subprocess.run([sys.executable, __file__, "--one", config, chain_method],
+                         capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def table(results):
+    lines = ["| config | chains | wall (s) | of which mode search (s) | max R-hat | min bulk ESS "
+             "| min tail ESS | divergences | mean leapfrog steps | min ESS / s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['config']} | {r['chain_method']} | {r['wall_s']:.0f} | "
+                     f"{r['mode_search_s']:.0f} | {r['max_rhat']:.3f} | {r['min_ess_bulk']:.0f} | "
+                     f"{r['min_ess_tail']:.0f} | {r['divergences']} | {r['mean_leapfrog']:.0f} | "
+                     f"{r['ess_per_s']:.2f} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--skip-naive", action="store_true")
+    ap.add_argument("--chain-methods", action="store_true")
+    ap.add_argument("--write", action="store_true", help="replace the NUTS speed section of "
+                    "BENCHMARKS.md with the results")
+    ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(run(*args.one)))
+        return
+    results = [run("default")]
+    print(table(results), flush=True)
+    if args.chain_methods:
+        results.append(run("default", "sequential"))
+        results.append(_subprocess("default", "parallel", 2))
+        print(table(results), flush=True)
+    if not args.skip_naive:
+        results.append(run("naive"))
+    md = table(results)
+    print(md)
+    if args.write:
+        write_section(md, results)
+
+
+def write_section(md, results):
+    path = os.path.join(ROOT, "BENCHMARKS.md")
+    text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+    default = next(r for r in results if r["config"] == "default" and r["chain_method"] == "vectorized")
+    naive = next((r for r in results if r["config"] == "naive"), None)
+    ratio = ""
+    if naive:
+        ratio = (f"\nDefault vs naive: {naive['wall_s'] / default['wall_s']:.1f}x less wall time, "
+                 f"{default['ess_per_s'] / max(naive['ess_per_s'], 1e-9):.0f}x more ESS per second.\n")
+    section = ("## NUTS speed\n\n"
+               "Form-3 (`ptpp_gated_floor`) posterior on the synthetic two-PTPP table (144 rows), "
+               "4 chains x 1000 draws after 1000 warm-up steps, 2 shared CPU cores. Command:\n\n"
+               "    .venv/bin/python benchmarks/nuts_speed.py --chain-methods --write\n\n"
+               + md + "\n" + ratio)
+    start = text.find("## NUTS speed")
+    if start >= 0:
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + section + ("" if end < 0 else text[end + 1:])
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+if __name__ == "__main__":
+    main()

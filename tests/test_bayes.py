@@ -1,0 +1,290 @@
+"""The Bayesian layer: model identities, MAP = Huber fit, Laplace/NUTS recovery, forecasts,
+persistence, comparison, plots and a small calibration check (CI-sized; the full versions are in
+tests/test_bayes_slow.py and benchmarks/bayes_calibration.py)."""
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayes_scaling as bs
+from bayes_scaling import bayes as B
+from bayes_scaling.objective import huber_log_normaliser
+
+from conftest import form3_grid, simulate
+
+CHIN_TRUE = dict(A=400.0, B=1500.0, alpha=0.34, beta=0.28, E=1.8)
+
+
+def chin_grid(n=6, m=6):
+    N = np.geomspace(2e7, 5e9, n)
+    D = np.geomspace(4e8, 2e11, m)
+    return pd.DataFrame([dict(N=a, D=b) for a in N for b in D])
+
+
+@pytest.fixture(scope="module")
+def chin_data():
+    return simulate("chinchilla", chin_grid(), params=CHIN_TRUE, noise=0.01, seed=3)
+
+
+@pytest.fixture(scope="module")
+def chin_nuts(chin_data):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return bs.fit_posterior("chinchilla", chin_data, num_chains=2, num_warmup=300,
+                                num_samples=300, seed=1, progress_bar=False)
+
+
+@pytest.fixture(scope="module")
+def chin_laplace(chin_data):
+    return bs.fit_posterior("chinchilla", chin_data, method="laplace", seed=1)
+
+
+# --- the one objective -----------------------------------------------------------------------------
+
+def test_flat_prior_fixed_scale_map_is_the_huber_fit(epoch):
+    """DESIGN rule 2: flat priors + fixed sigma => posterior mode == fit_map(delta = c sigma)."""
+    _, kept = epoch
+    delta = 1e-3
+    fit = bs.fit_map("chinchilla", kept, delta=delta, n_starts=16, seed=0)
+    params, nlp, _ = B.map_estimate("chinchilla", kept, priors="flat", scale=delta / B.HUBER_C,
+                                    n_starts=16, seed=0)
+    for k in fit.params:
+        assert params[k] == pytest.approx(fit.params[k], rel=1e-4), k
+    # the minimised negative log posterior is J / sigma^2 + n log sigma + n log Z(c)
+    sigma, n = delta / B.HUBER_C, len(kept)
+    J = float(np.sum(np.asarray(bs.objective.huber(
+        np.log(bs.laws.get("chinchilla")(params, kept)) - np.log(kept["loss"]), delta))))
+    assert J <= fit.objective * (1 + 1e-8)
+    expected = J / sigma**2 + n * math.log(sigma) + n * float(huber_log_normaliser(B.HUBER_C))
+    assert nlp == pytest.approx(expected, rel=1e-9)
+
+
+def test_numpyro_model_density_matches_spec():
+    from numpyro.infer.util import log_density
+
+    law = bs.laws.get("ptpp_gated_floor")
+    df = simulate(law, form3_grid(ptpps=(15, 31)), noise=0.005, seed=0)
+    spec = B.make_spec(law, coordinates=None)
+    data = B._data_pytree(spec, df)
+    model = B.build_model(law)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        u = jnp.asarray(spec.u({**law.example, "sigma": 0.01}) + 0.1 * rng.standard_normal(13))
+        lp, _ = log_density(model, (data["x"], data["y"]), {},
+                            {f"{p.name}_u": u[i] for i, p in enumerate(spec.free)})
+        assert float(lp) == pytest.approx(float(spec.log_joint(u, data)), rel=1e-10)
+
+
+def test_sampling_coordinates_change_variables_exactly():
+    """log p_s(s) = log p_u(u(s)) + log |du/ds|, and s(theta(s)) = s, for the Form-3 blocks."""
+    law = bs.laws.get("ptpp_gated_floor")
+    df = simulate(law, form3_grid(ptpps=(15, 31)), noise=0.005, seed=0)
+    spec = B.make_spec(law)
+    assert [b.name for b in spec.blocks] == ["gate", "level"]
+    assert {n for b in spec.blocks for n in b.params} == {"beta", "lam", "zeta", "E", "A", "B",
+                                                         "C", "F"}
+    data = B._data_pytree(spec, df)
+    ref = data["ref"]
+    s0 = np.asarray(spec.s({**law.example, "sigma": 0.01}, ref))
+    to_u = lambda s: spec.u(spec.theta_s(s, ref))  # noqa: E731
+    rng = np.random.default_rng(1)
+    names = [p.name for p in spec.sampled]
+    step = np.where(np.array(names) == "gate_slope", 0.005, 0.2)  # keep the gate's slope's sign
+    for _ in range(3):
+        s = jnp.asarray(s0 + step * rng.standard_normal(len(s0)))
+        u = to_u(s)
+        jac = jnp.linalg.slogdet(jax.jacfwd(to_u)(s))[1]
+        assert float(spec.log_joint_s(s, data)) == pytest.approx(
+            float(spec.log_joint(u, data) + jac), rel=1e-9, abs=1e-8)
+        np.testing.assert_allclose(np.asarray(spec.s(spec.theta_s(s, ref), ref)), np.asarray(s),
+                                   rtol=1e-9, atol=1e-9)
+    # the gate coordinates are the exponent and log-slope of beta_eff at the centre
+    th = spec.theta_s(jnp.asarray(s0), ref)
+    from bayes_scaling.laws.ptpp import beta_eff
+    L0 = float(ref["gate"]["L0"])
+    b = lambda L: jnp.log(beta_eff({k: th[k] for k in ("beta", "lam", "zeta")}, jnp.exp(L)))  # noqa
+    assert float(b(L0)) == pytest.approx(s0[names.index("gate_log_exponent")], rel=1e-9)
+    assert float(jax.grad(b)(L0)) == pytest.approx(s0[names.index("gate_slope")], rel=1e-9)
+
+
+# --- likelihoods and priors ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("c", [0.5, 1.345, 3.0])
+def test_huber_density_is_normalised_and_sampled_exactly(c):
+    from scipy import integrate, stats
+
+    d = B.Huber(0.0, 1.0, c)
+    total, _ = integrate.quad(lambda v: float(jnp.exp(d.log_prob(v))), -60, 60, points=[-c, c],
+                              limit=200)
+    assert total == pytest.approx(1.0, abs=1e-8)
+    draws = np.asarray(d.sample(jax.random.PRNGKey(0), (40000,)))
+    grid = np.linspace(-30, 30, 60001)
+    cdf = np.cumsum(np.exp(np.asarray(d.log_prob(jnp.asarray(grid))))) * (grid[1] - grid[0])
+    ks = stats.kstest(draws, lambda v: np.interp(v, grid, cdf))
+    assert ks.pvalue > 1e-3
+
+
+@pytest.mark.parametrize("law", ["ptpp_gated_floor", "chinchilla"])
+def test_default_priors_put_90_percent_on_the_init_range(law):
+    law = bs.laws.get(law)
+    priors = B.default_priors(law)
+    for p in law.params:
+        x = np.asarray(priors[p.name].sample(jax.random.PRNGKey(1), (20000,)))
+        assert np.all((x >= p.lower) & (x <= p.upper)), p.name
+        lo, hi = p.init
+        inside = np.mean((x >= lo) & (x <= hi))
+        # 90% unless truncation at a bound moves mass into the range
+        assert 0.88 <= inside <= 1.0, (p.name, inside)
+    table = B.prior_table(law)
+    assert list(table["param"]) == [*law.param_names, "sigma"]
+
+
+def test_unknown_prior_names_and_bad_options_raise(chin_data):
+    import numpyro.distributions as dist
+
+    with pytest.raises(bs.BayesScalingError, match="not parameters"):
+        bs.fit_posterior("chinchilla", chin_data, priors={"alhpa": dist.Normal(0.3, 0.1)})
+    with pytest.raises(bs.BayesScalingError, match="likelihood"):
+        bs.fit_posterior("chinchilla", chin_data, likelihood="cauchy")
+    with pytest.raises(bs.BayesScalingError, match="method"):
+        bs.fit_posterior("chinchilla", chin_data, method="vi")
+
+
+# --- inference -------------------------------------------------------------------------------------
+
+def test_laplace_recovers_simulated_chinchilla(chin_laplace):
+    post = chin_laplace
+    assert post.ok and post.diagnostics["pareto_k"] < 0.7
+    s = post.summary(hdi_prob=0.9)
+    for k, v in CHIN_TRUE.items():
+        assert s.loc[k, "hdi_5%"] <= v <= s.loc[k, "hdi_95%"], k
+    assert post.map["sigma"] == pytest.approx(0.01, rel=0.35)
+
+
+def test_nuts_converges_and_agrees_with_laplace(chin_nuts, chin_laplace):
+    post = chin_nuts
+    d = post.diagnostics
+    assert d["max_rhat"] < 1.05 and d["divergences"] == 0
+    for g in ("posterior", "sample_stats", "log_likelihood", "observed_data", "constant_data"):
+        assert hasattr(post.idata, g), g
+    a, b = post.summary(), chin_laplace.summary()
+    for k in ("alpha", "beta", "E"):
+        assert a.loc[k, "mean"] == pytest.approx(b.loc[k, "mean"], abs=0.5 * b.loc[k, "sd"]), k
+        assert a.loc[k, "sd"] == pytest.approx(b.loc[k, "sd"], rel=0.35), k
+
+
+def test_user_prior_changes_the_posterior(chin_data):
+    import numpyro.distributions as dist
+
+    tight = bs.fit_posterior("chinchilla", chin_data, method="laplace",
+                             priors={"alpha": dist.Normal(0.5, 0.005)})
+    assert tight.summary().loc["alpha", "mean"] == pytest.approx(0.5, abs=0.02)
+    assert tight.settings["priors"]["alpha"].startswith("user")
+
+
+def test_other_likelihoods_and_fixed_parameters(chin_data):
+    for lik in ("student_t", "normal"):
+        p = bs.fit_posterior("chinchilla", chin_data, method="laplace", likelihood=lik)
+        assert p.ok
+        assert p.idata.log_likelihood["y"].shape[-1] == len(chin_data)
+    p = bs.fit_posterior("chinchilla", chin_data, method="laplace", fixed={"E": 1.8})
+    assert "E" not in p.param_names and p.map["E"] == 1.8
+    assert np.all(np.isfinite(p.predict_draws(chin_data)))
+
+
+def test_failed_diagnostics_warn_and_flag(chin_data):
+    with pytest.warns(B.ConvergenceWarning, match="What to try"):
+        post = bs.fit_posterior("chinchilla", chin_data, num_chains=2, num_warmup=5,
+                                num_samples=20, progress_bar=False, seed=2)
+    assert not post.ok and post.diagnostics["failed"]
+    with pytest.warns(B.ConvergenceWarning, match="failed its convergence"):
+        post.forecast(chin_data.head(3))
+
+
+# --- forecasts and persistence ---------------------------------------------------------------------
+
+def test_forecast_intervals_and_predictive_coverage(chin_laplace):
+    post = chin_laplace
+    law = bs.laws.get("chinchilla")
+    new = chin_grid(12, 12)
+    fc = post.forecast(new, interval=0.9)
+    assert list(fc.columns) == ["mean", "median", "lower", "upper", "sd"]
+    assert (fc["lower"] < fc["median"]).all() and (fc["median"] < fc["upper"]).all()
+    fm = post.forecast(new, interval=0.9, kind="mean")
+    assert ((fm["upper"] - fm["lower"]) < (fc["upper"] - fc["lower"])).all()
+    draws = post.predict_draws(new, kind="predictive")
+    assert draws.shape == (4000, len(new))
+    # new measurements from the true law with the same noise land in the 90% band ~90% of the time
+    obs = simulate(law, new, params=CHIN_TRUE, noise=0.01, seed=11)
+    cov = post.coverage(obs, (0.5, 0.9))
+    assert 0.8 <= cov[0.9] <= 0.97 and 0.38 <= cov[0.5] <= 0.62
+
+
+def test_mapfit_predict_draws_has_one_draw(chin_data):
+    fit = bs.fit_map("chinchilla", chin_data, delta=1e-3, n_starts=8)
+    y = fit.predict_draws(chin_data)
+    assert y.shape == (1, len(chin_data))
+    np.testing.assert_allclose(y[0], fit.predict(chin_data))
+
+
+def test_save_load_roundtrip(tmp_path, chin_nuts, chin_data):
+    path = tmp_path / "post.nc"
+    chin_nuts.save(path)
+    back = bs.load_posterior(path)
+    assert back.law.name == "chinchilla" and back.ok == chin_nuts.ok
+    assert back.map == pytest.approx(chin_nuts.map)
+    assert back.settings["num_samples"] == 300
+    np.testing.assert_allclose(back.predict_draws(chin_data), chin_nuts.predict_draws(chin_data))
+    pd.testing.assert_frame_equal(back.forecast(chin_data), chin_nuts.forecast(chin_data))
+
+
+def test_commands_write_netcdf_and_forecast_csv(tmp_path, chin_data):
+    table = tmp_path / "t.csv"
+    chin_data.to_csv(table, index=False)
+    out = tmp_path / "p.nc"
+    post = B.posterior_command("chinchilla", str(table), str(out), method="laplace")
+    assert out.exists() and post.ok
+    fc = B.forecast_command(str(out), str(table), 0.8)
+    assert {"N", "D", "mean", "lower", "upper"} <= set(fc.columns) and len(fc) == len(chin_data)
+
+
+# --- comparison and plots --------------------------------------------------------------------------
+
+def test_compare_prefers_the_true_law_and_surfaces_pareto_k(chin_data, chin_laplace):
+    wrong = bs.fit_posterior("chinchilla", chin_data, method="laplace", fixed={"beta": 0.15})
+    table = bs.compare({"true": chin_laplace, "wrong_beta": wrong})
+    assert table.index[0] == "true"
+    assert {"elpd_loo", "max_pareto_k", "n_bad_k"} <= set(table.columns)
+    bad = chin_data.copy()
+    bad.loc[0, "loss"] *= 1.5
+    p1 = bs.fit_posterior("chinchilla", bad, method="laplace", likelihood="normal")
+    p2 = bs.fit_posterior("chinchilla", bad, method="laplace", likelihood="normal",
+                          fixed={"beta": 0.15})
+    with pytest.warns(bs.compare_module.ParetoKWarning, match="rows \\[0"):
+        bs.compare({"a": p1, "b": p2})
+
+
+def test_plots_write_pngs(tmp_path, chin_laplace, chin_data, epoch):
+    from bayes_scaling import plots
+
+    fig = plots.fit_plot(chin_laplace, chin_data, path=tmp_path / "fit.png")
+    assert len(fig.axes) == 6  # one panel per model size
+    plots.forecast_plot(chin_laplace, chin_grid(3, 10), train=chin_data, path=tmp_path / "fc.png")
+    fit = bs.fit_map("chinchilla", epoch[1], delta=1e-3, n_starts=4)
+    plots.fit_plot(fit, epoch[1], path=tmp_path / "epoch.png")  # continuous (N, D): parity plot
+    for f in ("fit.png", "fc.png", "epoch.png"):
+        assert (tmp_path / f).stat().st_size > 5000
+
+
+# --- calibration (small; the 50-dataset study is benchmarks/bayes_calibration.py) -----------------
+
+def test_laplace_calibration_on_prior_draws():
+    from bayes_scaling.calibration import calibrate
+
+    res = calibrate("chinchilla", chin_grid(5, 5), n_datasets=16, method="laplace", seed=0)
+    assert res["coverage_params"] == pytest.approx(0.9, abs=0.1)
+    assert res["coverage_predictions"] == pytest.approx(0.9, abs=0.1)
