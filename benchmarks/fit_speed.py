@@ -58,6 +58,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--starts", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--problems", nargs="*", default=["epoch_chinchilla", "form3_synthetic"])
     a = ap.parse_args(argv)
 
     ep = bs.datasets.load("chinchilla_epoch")
@@ -68,6 +69,8 @@ def main(argv=None):
     }
     print(f"{'problem':18s} {'method':12s} {'seconds':>9s} {'best objective':>16s} {'jax speed-up':>13s}")
     for pname, (law, df, delta) in problems.items():
+        if pname not in a.problems:
+            continue
         prob, _ = Problem.build(law, df)
         inits = prob.sample_inits(a.starts, 0)
         kw = dict(delta=delta, inits=inits)
