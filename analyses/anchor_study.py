@@ -2,6 +2,7 @@
 
     python analyses/anchor_study.py                 # on bayes_scaling/datasets/bible_ptpp.csv
     python analyses/anchor_study.py --synthetic     # dry run on a synthetic table with the same grid
+    python analyses/anchor_study.py --train-ptpp 15 --test-ptpp 31   # the same protocol one stage down
 
 Protocol (issue "Decisions", PTPP paper Sec. 2 "Anchors", Table 2): the target-domain law
 (Form 3, ``ptpp_gated_floor``) is fitted on the adaptation rows at PTPP {15, 31}. Candidates are
@@ -18,8 +19,10 @@ the queries (MAE_rel of the posterior median; coverage of the 90% predictive int
   plain-gain fallback, ``greedy="auto"``, from the posterior fitted at PTPP {15, 31}); also
   reported: ``ours-gain``, the same criterion ranked by value alone (``greedy="gain"``).
 
-Budgets are multiples of the paper's anchor cost. Writes ``analyses/out/anchor_study/``
-(``--synthetic``: ``anchor_study_synthetic/``): results.csv, budget_error.png, summary.md.
+Budgets are multiples of the paper's anchor cost. ``--train-ptpp``/``--test-ptpp`` move the
+protocol to other stages (e.g. fit at 15, anchors and queries at 31, while PTPP 279 is still
+being trained). Writes ``analyses/out/anchor_study[_p<train>to<test>][_synthetic]/``:
+results.csv, selection_order.csv, budget_error.png, summary.md.
 """
 from __future__ import annotations
 
@@ -46,10 +49,10 @@ from bayes_scaling.anchors import candidate_cost, select  # noqa: E402
 HERE = Path(__file__).resolve().parent
 
 
-def split(df):
+def split(df, train_ptpp=(15.0, 31.0), test_ptpp=279.0):
     t = df[(df["domain"] == "target") & (df["D"] > 0)].copy()
-    train = t[np.isin(t["ptpp"], (15.0, 31.0))]
-    stage = t[np.isclose(t["ptpp"], 279.0)]
+    train = t[np.isin(t["ptpp"], train_ptpp)]
+    stage = t[np.isclose(t["ptpp"], test_ptpp)]
     largest = stage["N"].max()
     queries = stage[np.isclose(stage["N"], largest)]
     cands = stage[~np.isclose(stage["N"], largest)]
@@ -83,6 +86,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--synthetic", action="store_true", help="dry run on a synthetic table")
     ap.add_argument("--law", default="ptpp_gated_floor")
+    ap.add_argument("--train-ptpp", default="15,31")
+    ap.add_argument("--test-ptpp", type=float, default=279.0)
     ap.add_argument("--budgets", default="0.25,0.5,1,2", help="multiples of the paper's anchor cost")
     ap.add_argument("--seeds", type=int, default=5, help="random-anchor seeds")
     ap.add_argument("--posterior", default="auto", choices=("auto", "nuts", "laplace"),
@@ -91,22 +96,28 @@ def main(argv=None):
                     help="posterior of the refits (default: as --posterior)")
     ap.add_argument("--posterior-kw", default="{}", help="JSON kwargs for bs.fit_posterior")
     args = ap.parse_args(argv)
-    out = HERE / "out" / ("anchor_study_synthetic" if args.synthetic else "anchor_study")
+    train_ptpp = tuple(float(x) for x in args.train_ptpp.split(","))
+    default = train_ptpp == (15.0, 31.0) and args.test_ptpp == 279.0
+    name = "anchor_study" + ("" if default else
+                             f"_p{'+'.join(f'{p:g}' for p in train_ptpp)}to{args.test_ptpp:g}")
+    out = HERE / "out" / (name + ("_synthetic" if args.synthetic else ""))
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     df = bc.load(args.synthetic)
     cov = bc.coverage_report(df)
-    missing = [p for p in bc.STAGES if p not in cov["stages"]]
-    if missing or len(cov["sizes_at_279"]) < 2:
+    need = train_ptpp + (args.test_ptpp,)
+    missing = [p for p in need if p not in cov["stages"]]
+    sizes_test = sorted(df.loc[(df["D"] > 0) & np.isclose(df["ptpp"], args.test_ptpp), "N"].unique())
+    if missing or len(sizes_test) < 2:
         msg = (f"bible_ptpp does not cover the study yet: adaptation rows at PTPP {cov['stages']} "
-               f"(missing {missing}), sizes at PTPP 279: {cov['sizes_at_279']}. Rerun when the "
-               "sweep has committed PTPP 279 rows for at least two sizes.")
+               f"(missing {missing}), sizes at PTPP {args.test_ptpp:g}: {list(sizes_test)}. Rerun "
+               f"when the sweep has committed PTPP {args.test_ptpp:g} rows for at least two sizes.")
         (out / "summary.md").write_text(f"# Anchor study\n\nNot run: {msg}\n")
         print(msg)
         return 1
     law = bs.laws.get(args.law)
     kw = json.loads(args.posterior_kw)
-    train, cands, queries = split(df)
+    train, cands, queries = split(df, train_ptpp, args.test_ptpp)
     cost = pd.Series(candidate_cost(cands), index=cands.index)
     p_order = paper_order(cands)
     smallest = cands["N"].min()
@@ -160,7 +171,8 @@ def main(argv=None):
         axes[1].plot(g["budget_x"], g["coverage90"], marker="o", color=colors[strat], label=strat)
     axes[1].axhline(0.9, color="grey", ls="--", lw=1)
     axes[0].set(xscale="log", xlabel="budget (x the paper's anchor cost)",
-                ylabel="MAE_rel at the queries", title="error at the largest model, PTPP 279")
+                ylabel="MAE_rel at the queries",
+                title=f"error at the largest model, PTPP {args.test_ptpp:g}")
     axes[1].set(xscale="log", xlabel="budget (x the paper's anchor cost)",
                 ylabel="90% interval coverage", title="calibration", ylim=(-0.02, 1.02))
     axes[0].legend()
@@ -171,9 +183,12 @@ def main(argv=None):
     for b, g in agg[agg["strategy"] != "none"].groupby("budget_x"):
         g = g.set_index("strategy")["mae_rel"]
         best[b] = (g.idxmin(), g.to_dict())
-    lines = [f"# Anchor study on `bible_ptpp`" + (" (SYNTHETIC dry run)" if args.synthetic else ""), "",
-             f"Law `{law.name}` on the target domain; fit at PTPP {{15, 31}} ({len(train)} rows); "
-             f"{len(cands)} candidates at PTPP 279; {len(queries)} queries (largest model, "
+    stages = "{" + ", ".join(f"{p:g}" for p in train_ptpp) + "}"
+    lines = [f"# Anchor study on `bible_ptpp`" + (" (SYNTHETIC dry run)" if args.synthetic else "")
+             + ("" if default else f": fit at PTPP {stages}, anchors and queries at PTPP "
+                                   f"{args.test_ptpp:g}"), "",
+             f"Law `{law.name}` on the target domain; fit at PTPP {stages} ({len(train)} rows); "
+             f"{len(cands)} candidates at PTPP {args.test_ptpp:g}; {len(queries)} queries (largest model, "
              f"N_nonemb = {queries['N'].iloc[0]:.0f}). Posterior: {how} (refits: {refit_kind}). "
              f"Paper anchor cost "
              f"{paper_cost:.3e} FLOPs; random: mean of {args.seeds} seeds. "

@@ -123,6 +123,27 @@ def posterior(law, df, *, seed=0, kind="auto", posterior_kw=None):
     return laplace_posterior(law, df, seed=seed), "Laplace approximation at the Huber MAP (fallback)"
 
 
+def cached_posterior(law, df, path, *, seed=0, kind="auto", posterior_kw=None):
+    """:func:`posterior`, reusing ``path`` (netCDF) when it was fitted on the same rows and law."""
+    from pathlib import Path
+
+    from bayes_scaling.objective import data_hash
+
+    path = Path(path)
+    cols = [law.column(v) for v in law.variables if law.column(v) in df] + ["loss"]
+    key = {"law": law.name, "rows": int(len(df)), "hash": data_hash(df, cols), "kind": kind,
+           "kw": posterior_kw or {}, "seed": seed}
+    meta = path.with_suffix(".json")
+    load = getattr(bs, "load_posterior", None)
+    if load is not None and path.exists() and meta.exists() and json.loads(meta.read_text()) == key:
+        return load(path), "bs.fit_posterior (cached)"
+    post, how = posterior(law, df, seed=seed, kind=kind, posterior_kw=posterior_kw)
+    if hasattr(post, "save") and hasattr(post, "idata"):
+        post.save(path)
+        meta.write_text(json.dumps(key))
+    return post, how
+
+
 def predictive(post, df, level=0.9, seed=0):
     """(median of the expected loss, lower, upper of the predictive interval) at the rows of df."""
     mean = np.asarray(post.predict_draws(df, kind="mean"))

@@ -10,7 +10,9 @@ loss with Form 3 (``ptpp_gated_floor``) and the source (English/Arabic) loss wit
 then ``bs.plan.adaptation`` for the largest model (N = non-embedding parameters, so ATPP is the
 table's ``atpp``) at PTPP 279: the deterministic plan (median forecast) and the 90%
 chance-constrained plan. The pre-adaptation source loss is the measured loss of the un-adapted
-PTPP-279 checkpoint (its D = 0 row) when the table has it.
+PTPP-279 checkpoint (its D = 0 row) when the table has it, else the pre-training law fitted to the
+table's other D = 0 source rows (``bs.plan.adaptation``'s ``source_base=<table>``). Posteriors are
+cached next to the outputs and refitted only when the rows change.
 
 Default target loss: the median forecast at ATPP 16 with 25% replay (mid-grid), so the question
 is "what is the cheapest way to reach what a mid-grid run reaches"; pass ``--target-loss`` to ask
@@ -72,10 +74,9 @@ def main(argv=None):
     fits = {}
     for dom, lname in (("target", args.target_law), ("source", args.source_law)):
         d = adapt[adapt["domain"] == dom]
-        fits[dom], how = bc.posterior(bs.laws.get(lname), d, seed=0, kind=args.posterior,
-                                      posterior_kw=kw)
-    base_rows = df[(df["D"] == 0) & (df["domain"] == "source") & np.isclose(df["N"], N)
-                   & np.isclose(df["ptpp"], args.ptpp)]
+        fits[dom], how = bc.cached_posterior(bs.laws.get(lname), d, out / f"posterior_{dom}.nc",
+                                             seed=0, kind=args.posterior, posterior_kw=kw)
+    base_rows = df[(df["D"] == 0) & (df["domain"] == "source")]
     source_base = df if len(base_rows) else None
     tau = args.target_loss
     if tau is None:

@@ -501,7 +501,7 @@ def _optimise_replay(prob, q, r_lo, r_hi, D_lo, D_hi, n_replay=41, n_zoom=5):
     r_grid = np.linspace(r_lo, r_hi, n_replay)
     Dmin, _ = _min_D(prob, r_grid, q, D_lo, D_hi)
     first_pass = (r_grid, Dmin)
-    best_r, best_D = r_grid, Dmin[:, 0]
+    best_D = Dmin[:, 0]
     i = int(np.argmin(best_D))
     if not np.isfinite(best_D[i]):
         return None, None, *first_pass
@@ -553,12 +553,22 @@ def _point(prob: _Problem, kind, q, r, D, interval, D_lo):
                      p_both=p_t * p_f, binding=binding)
 
 
-def _source_base(source, source_base, N, ptpp, rtol=1e-6):
-    """L_src,0 as (values broadcastable against (S_src, n), summary, method)."""
+def _source_base(source, source_base, N, ptpp, D_hi=None, rtol=1e-6):
+    """L_src,0 as (values broadcastable against (S_src, n), draws for the summary, method)."""
     if source_base is None:
         df = pd.DataFrame({"N": [N], "D": [SOURCE_BASE_ATPP * N], "replay": [REPLAY_CLIP[1]],
                            "ptpp": [ptpp]})
         v = _safe_predict(source, df, "source")  # (S, 1)
+        if D_hi is not None:
+            at_hi = _safe_predict(source, df.assign(D=D_hi), "source")
+            gap = float(np.median((at_hi - v) / v))
+            if gap > 0.01:
+                warnings.warn(
+                    f"the law-based pre-adaptation source loss (r = 1, D -> inf) is {100 * gap:.1f}% "
+                    "below the law's own value at the largest ATPP searched: the source law's data "
+                    "term decays slowly, so this conservative default inflates forgetting. Pass "
+                    "the checkpoint's measured source loss (or a table with D = 0 rows) as "
+                    "source_base.", stacklevel=3)
         return v, v[:, 0], (f"law default: L_src(N, D -> inf, r = 1, PTPP), the converged source-only "
                             f"loss, a lower bound on the checkpoint's (conservative)")
     if isinstance(source_base, pd.DataFrame):
@@ -566,21 +576,45 @@ def _source_base(source, source_base, N, ptpp, rtol=1e-6):
         need = {"loss", "D", "N", "ptpp"}
         if not need <= set(df.columns):
             raise DataError(f"source_base table needs columns {sorted(need)}; it has {list(df.columns)}")
-        m = (df["D"] == 0) & np.isclose(df["N"], N, rtol=rtol) & np.isclose(df["ptpp"], ptpp, rtol=rtol)
+        base = (df["D"] == 0) & (df["ptpp"] > 0)
         if "domain" in df.columns:
-            m &= df["domain"] == "source"
-        if not m.any():
-            base_rows = df[df["D"] == 0]
-            have = sorted({(float(a), float(b)) for a, b in zip(base_rows["N"], base_rows["ptpp"])})
-            raise DataError(f"no pre-adaptation source rows (D == 0, domain == 'source') at N={N:g}, "
-                            f"PTPP={ptpp:g} in the source_base table; (N, ptpp) with D == 0 rows: "
-                            f"{have[:12]}. Pass source_base=<float> instead.")
-        vals = df.loc[m, "loss"].to_numpy(float)
-        return float(vals.mean()), vals, f"data: mean of {m.sum()} pre-adaptation source row(s)"
+            base &= df["domain"] == "source"
+        m = base & np.isclose(df["N"], N, rtol=rtol) & np.isclose(df["ptpp"], ptpp, rtol=rtol)
+        if m.any():
+            vals = df.loc[m, "loss"].to_numpy(float)
+            return float(vals.mean()), vals, f"data: mean of {m.sum()} pre-adaptation source row(s)"
+        return _pretraining_base(df[base], N, ptpp)
     v = float(source_base)
     if not (math.isfinite(v) and v > 0):
         raise BayesScalingError(f"source_base must be a positive loss, got {source_base!r}")
     return v, np.array([v]), "given"
+
+
+def _pretraining_base(rows: pd.DataFrame, N, ptpp, min_rows=6):
+    """L_src,0 at (N, PTPP) from the table's other pre-adaptation source rows.
+
+    Those rows are pre-training losses of checkpoints with N parameters trained on PTPP * N tokens,
+    so the Chinchilla law ``L0 = E + A/N^alpha + B/(PTPP N)^beta`` (Hoffmann et al. 2022; M3 Eq. 2)
+    is fitted to them (Huber on log residuals, delta = 0.02) and evaluated at (N, PTPP * N).
+    """
+    from .fit import fit_map
+
+    have = sorted({(float(a), float(b)) for a, b in zip(rows["N"], rows["ptpp"])})
+    if len(rows) < min_rows or rows["N"].nunique() < 2 or rows["ptpp"].nunique() < 2:
+        raise DataError(
+            f"no pre-adaptation source rows (D == 0, domain == 'source') at N={N:g}, PTPP={ptpp:g} "
+            f"in the source_base table, and too few others to fit a pre-training law across sizes "
+            f"and stages ({len(rows)} rows at (N, ptpp) = {have[:12]}; need >= {min_rows} over >= 2 "
+            "sizes and >= 2 stages). Pass source_base=<float> instead.")
+    t = pd.DataFrame({"N": rows["N"].to_numpy(float),
+                      "D": (rows["ptpp"] * rows["N"]).to_numpy(float),
+                      "loss": rows["loss"].to_numpy(float)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = fit_map("chinchilla", t, delta=0.02, n_starts=32, seed=0)
+    v = float(fit.predict(pd.DataFrame({"N": [N], "D": [ptpp * N]}))[0])
+    return v, np.array([v]), (f"pre-training law (Chinchilla in N and PTPP*N) fitted to {len(t)} "
+                              f"pre-adaptation source rows, evaluated at N={N:g}, PTPP={ptpp:g}")
 
 
 def adaptation(target, source, *, N: float, ptpp: float, max_forgetting, target_loss: float,
@@ -616,12 +650,16 @@ def adaptation(target, source, *, N: float, ptpp: float, max_forgetting, target_
 
     - ``source_base=<float>``: used as given (e.g. the measured loss of the checkpoint);
     - ``source_base=<DataFrame>``: the mean loss of its rows with D == 0 (and ``domain ==
-      "source"`` when that column exists) at this N and PTPP (the un-adapted checkpoint);
+      "source"`` when that column exists) at this N and PTPP (the un-adapted checkpoint); when the
+      table has no such row, its other D == 0 source rows are pre-training losses, so the
+      Chinchilla law ``L0 = E + A/N^alpha + B/(PTPP N)^beta`` fitted to them is evaluated at
+      (N, PTPP * N) (at least 6 rows over 2 sizes and 2 stages);
     - ``None`` (default): the law's own limit ``L_src(N, D -> inf, r = 1, PTPP)`` per draw (evaluated
       at ATPP = 1e9 with r = 1 - 1e-9), the loss continued source-only training converges to.
       Continued source-only training can only lower the checkpoint's loss, so this is a lower bound
-      on L_src,0: forgetting is over-estimated and plans are conservative. Pass the measured value
-      when you have it.
+      on L_src,0: forgetting is over-estimated and plans are conservative. When the fitted data
+      exponent is small the limit sits far below any practical loss and a warning says so; pass
+      the measured value (or the table) whenever you have it.
 
     Args:
         target, source: forecasts of the target- and source-domain losses.
@@ -662,7 +700,30 @@ def adaptation(target, source, *, N: float, ptpp: float, max_forgetting, target_
     D_lo, D_hi = a_lo * N, a_hi * N
 
     target, source = _thin_obj(target, max_draws), _thin_obj(source, max_draws)
-    base_vals, base_draws, base_method = _source_base(source, source_base, N, ptpp)
+    caught = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            return _adaptation(target, source, N, ptpp, tau, fval, frel, max_forgetting, prob,
+                               r_lo, r_hi, a_lo, a_hi, D_lo, D_hi, source_base, interval,
+                               max_draws, n_replay)
+    finally:
+        _reemit_once(caught)
+
+
+def _reemit_once(caught):
+    """Re-issue recorded warnings once each (a posterior warns on every predict_draws call)."""
+    seen = set()
+    for w in caught:
+        key = (w.category, str(w.message))
+        if key not in seen:
+            seen.add(key)
+            warnings.warn(w.message, w.category, stacklevel=3)
+
+
+def _adaptation(target, source, N, ptpp, tau, fval, frel, max_forgetting, prob, r_lo, r_hi, a_lo,
+                a_hi, D_lo, D_hi, source_base, interval, max_draws, n_replay):
+    base_vals, base_draws, base_method = _source_base(source, source_base, N, ptpp, D_hi)
     problem = _Problem(target, source, N, ptpp, tau, fval, frel, base_vals)
     if prob is not None:
         S = min(predict_draws(problem.target, problem.rows([0.5], [D_lo])).shape[0],

@@ -177,10 +177,25 @@ def test_source_base_from_data_rows():
         plan(point(TGT), point(SRC_X), source_base=rows.assign(ptpp=31.0))
 
 
+def test_source_base_from_a_pretraining_law_fit():
+    """No D = 0 row at (N, PTPP): the table's other checkpoints give L0 through Chinchilla in PTPP*N."""
+    chin = bs.laws.get("chinchilla")
+    cp = dict(E=1.2, A=40.0, alpha=0.35, B=300.0, beta=0.3)
+    grid = pd.DataFrame([dict(N=n, ptpp=p) for n in (2e4, 5e4, 1e5, 2e5) for p in (15.0, 31.0, 279.0)
+                         if not (n == N and p == PTPP)])
+    loss = np.asarray(chin(cp, {"N": grid["N"].to_numpy(), "D": (grid["ptpp"] * grid["N"]).to_numpy()}))
+    rows = grid.assign(D=0.0, loss=loss, domain="source")
+    pl = plan(point(TGT), point(SRC_X), source_base=rows, max_forgetting=0.3)
+    truth = float(chin(cp, {"N": np.array([N]), "D": np.array([PTPP * N])})[0])
+    assert pl.source_base["median"] == pytest.approx(truth, rel=1e-4)
+    assert pl.source_base_method.startswith("pre-training law")
+
+
 def test_default_source_base_is_the_converged_source_only_loss():
     p = SRC_X
     limit = p["E"] + p["A"] / N ** p["alpha"] + p["C"] / (1 + EPS) ** p["gamma"]
-    pl = plan(point(TGT), point(SRC_X), source_base=None, max_forgetting=0.3)
+    with pytest.warns(UserWarning, match="inflates forgetting"):
+        pl = plan(point(TGT), point(SRC_X), source_base=None, max_forgetting=0.3)
     assert pl.source_base_method.startswith("law default")
     # ATPP 1e9 stands for D -> inf: within B (1e9 N)^-beta of the limit, and below it never
     assert limit <= pl.source_base["median"] <= limit + p["B"] * (1e9 * N) ** -p["beta"] + 1e-9
