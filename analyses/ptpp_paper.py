@@ -1,6 +1,7 @@
 """The PTPP paper's tables and figures, regenerated on the bundled ``bible_ptpp`` sweep.
 
-    python analyses/ptpp_paper.py                      # point fits + posteriors (when available)
+    python analyses/ptpp_paper.py                      # point fits + Laplace posteriors
+    python analyses/ptpp_paper.py --posterior nuts     # NUTS posteriors instead
     python analyses/ptpp_paper.py --posterior none     # point fits only
     python analyses/ptpp_paper.py --quick              # 8 starts, no posteriors (smoke run)
 
@@ -354,6 +355,13 @@ def tables_section(results, bayes, bayes_note):
                "curve; coverage of central 50% / 90% posterior predictive intervals, relative "
                "90% width, CRPS (loss units) and mean held-out log predictive density (of log L).",
                ""]
+        diag = []
+        for (domain, setting), res in results.items():
+            for (label, kind), post in res.fits.items():
+                if kind == "posterior":
+                    diag.append(dict(domain=domain, anchors=setting, label=label,
+                                     diagnostics=diagnostics_note(post)))
+        md += ["Convergence of every posterior:", "", ev.markdown_table(pd.DataFrame(diag)), ""]
         for domain, name in DOMAINS.items():
             for setting in ("none", "anchors"):
                 t = results[(domain, setting)].table
@@ -362,6 +370,16 @@ def tables_section(results, bayes, bayes_note):
                 md += [f"### {name}, {'no anchors' if setting == 'none' else 'anchors'}", "",
                        ev.markdown_table(t[[c for c in cols if c in t.columns]]), ""]
     return md
+
+
+def diagnostics_note(post) -> str:
+    d = getattr(post, "diagnostics", {}) or {}
+    ok = "ok" if d.get("ok", False) else "NOT OK"
+    if d.get("method", "nuts") == "laplace":
+        return f"Laplace, Pareto k {d.get('pareto_k', float('nan')):.2f} ({ok})"
+    return (f"NUTS, max R-hat {d.get('max_rhat', float('nan')):.3f}, min bulk ESS "
+            f"{d.get('min_ess_bulk', float('nan')):.0f}, {d.get('divergences', 0)} divergences "
+            f"({ok})")
 
 
 def _get(results, domain, setting, label, metric, fit="map"):
@@ -529,7 +547,9 @@ def in_sample_only(df, n_starts, seed):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="8 starts, no posteriors")
-    ap.add_argument("--posterior", choices=("nuts", "laplace", "none"), default="nuts")
+    ap.add_argument("--posterior", choices=("nuts", "laplace", "none"), default="laplace",
+                    help="laplace (default: 16 posteriors fit the runtime budget; each is checked "
+                         "by its Pareto k) or nuts (2 chains x 400 draws; slower)")
     ap.add_argument("--n-starts", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(OUT), help="output folder")
