@@ -176,7 +176,8 @@ def prior_table(law) -> pd.DataFrame:
 
 
 class FlatPrior(dist.Distribution):
-    """The improper flat prior on a parameter's natural value (log density 0 inside the bounds).
+    """The improper flat prior on a parameter's natural coordinate (``log theta`` for positive
+    parameters, ``theta`` otherwise), as a density on ``theta``: ``-log theta`` or 0.
 
     Used for the MAP-equals-Huber-fit identity (``priors="flat"``); NUTS on a flat prior can only
     work when the likelihood alone makes the posterior proper.
@@ -184,11 +185,12 @@ class FlatPrior(dist.Distribution):
 
     support = constraints.real
 
-    def __init__(self):
+    def __init__(self, log=False):
+        self.log = bool(log)
         super().__init__(batch_shape=(), event_shape=())
 
     def log_prob(self, value):
-        return jnp.zeros_like(value)
+        return -jnp.log(value) if self.log else jnp.zeros_like(value)
 
     def sample(self, key, sample_shape=()):
         raise BayesScalingError("a flat prior cannot be sampled; give a proper prior")
@@ -203,9 +205,17 @@ def log_abs_det_jacobian(p: Param, u):
     k = p.kind
     if k == "interval":
         return math.log(p.upper - p.lower) - jax.nn.softplus(u) - jax.nn.softplus(-u)
+    if k == "log_interval":
+        lo, hi = math.log(p.lower), math.log(p.upper)
+        return (lo + (hi - lo) * jax.nn.sigmoid(u) + math.log(hi - lo)
+                - jax.nn.softplus(u) - jax.nn.softplus(-u))
     if k in ("lower", "upper"):
         return u
-    return jnp.zeros_like(u)
+    if k == "real":
+        return jnp.zeros_like(u)
+    # any other transform: elementwise derivative by forward-mode autodiff
+    u = jnp.asarray(u)
+    return jnp.log(jnp.abs(jax.jvp(p.from_unconstrained, (u,), (jnp.ones_like(u),))[1]))
 
 
 class OnUnconstrained(dist.Distribution):
@@ -320,6 +330,10 @@ class Coordinates:
             ``to_params(c, ref, law, others)`` / ``from_params(p, ref, law, others)`` with
             ``others`` every other parameter value (fixed ones included). Such a block is applied
             last; its Jacobian is triangular (nothing else depends on its parameters).
+        log_det: optional closed form of ``log |det d params / d coords|`` (same arguments as
+            ``to_params``); otherwise it is computed by forward-mode autodiff.
+        with_log_det: optional ``to_params`` returning ``(params, log_det)`` in one pass (used by
+            the sampler's density, so shared work is done once).
     """
 
     name: str
@@ -330,6 +344,8 @@ class Coordinates:
     reference: Callable = field(repr=False)
     doc: str = ""
     uses_law: bool = False
+    log_det: Callable | None = field(default=None, repr=False)
+    with_log_det: Callable | None = field(default=None, repr=False)
 
 
 def gate_coordinates(beta="beta", lam="lam", zeta="zeta", variable="ptpp") -> Coordinates:
@@ -443,19 +459,25 @@ def level_coordinates(coefs=("E",)) -> Coordinates:
         return {"x": _centre_row(x)}
 
     def split(r, law, others):
-        zero = {**others, **{c: jnp.zeros(()) for c in coefs}}
-        h = law.fn(zero, r["x"])[0]
-        g = jnp.stack([law.fn({**zero, c: jnp.ones(())}, r["x"])[0] - h for c in coefs])
-        return g, h
+        # f is linear in the coefficients, f = h + g . c: one batched evaluation at c = 0, e_j
+        basis = jnp.concatenate([jnp.zeros((1, len(coefs))), jnp.eye(len(coefs))])
+        vals = jax.vmap(lambda cv: law.fn({**others, **{c: cv[j] for j, c in enumerate(coefs)}},
+                                          r["x"])[0])(basis)
+        return vals[1:] - vals[0], vals[0]
 
-    def to_params(c, r, law, others):
+    def with_log_det(c, r, law, others):
         g, h = split(r, law, others)
         y = jnp.stack([jnp.zeros(())] + [c[n] for n in share_names])
         w = jax.nn.softmax(y)
         rest = jnp.exp(c["log_level"]) - h
         rest = jnp.where(rest > 0, rest, jnp.nan)
         vals = rest * w / g
-        return {n: vals[j] for j, n in enumerate(coefs)}
+        # d log c / d (log_level, shares) has determinant exp(log_level) / rest
+        ld = c["log_level"] - jnp.log(rest) + jnp.sum(jnp.log(vals))
+        return {n: vals[j] for j, n in enumerate(coefs)}, ld
+
+    def to_params(c, r, law, others):
+        return with_log_det(c, r, law, others)[0]
 
     def from_params(p, r, law, others):
         g, h = split(r, law, others)
@@ -468,7 +490,7 @@ def level_coordinates(coefs=("E",)) -> Coordinates:
         Param(n, init=(-5.0, 5.0), doc=f"log {n[6:]}-term / {coefs[0]}-term at the centre")
         for n in share_names)
     block = Coordinates("level", coefs, coords, to_params, from_params, ref,
-                        level_coordinates.__doc__, uses_law=True)
+                        level_coordinates.__doc__, uses_law=True, with_log_det=with_log_det)
     _LEVEL_BLOCKS[coefs] = block
     return block
 
@@ -582,15 +604,37 @@ class Spec:
 
     def theta_s(self, s, ref):
         """Natural values from one sampling vector ``s`` (1-D) and the data references."""
+        return self._theta_s(s, ref, False)[0]
+
+    def _theta_s(self, s, ref, with_jac):
+        """(theta, log |d theta / d s|) in one pass over the blocks (the Jacobian when asked)."""
         vals = {p.name: p.from_unconstrained(s[i]) for i, p in enumerate(self.sampled)}
+        jac = (sum(log_abs_det_jacobian(p, s[i]) for i, p in enumerate(self.sampled))
+               if with_jac else 0.0)
         theta = {p.name: vals[p.name] for p in self.plain}
         for b in self.blocks:
             c = {cp.name: vals[cp.name] for cp in b.coords}
-            if b.uses_law:
-                theta.update(b.to_params(c, ref[b.name], self.law, self._others(theta, b, ref)))
+            args = (ref[b.name], self.law, self._others(theta, b, ref)) if b.uses_law else (
+                ref[b.name],)
+            if with_jac and b.with_log_det is not None:
+                out, ld = b.with_log_det(c, *args)
             else:
-                theta.update(b.to_params(c, ref[b.name]))
-        return theta
+                out = b.to_params(c, *args)
+                ld = 0.0
+                if with_jac and b.log_det is not None:
+                    ld = b.log_det(c, *args)
+                elif with_jac:
+                    names = [cp.name for cp in b.coords]
+
+                    def block(cv, b=b, args=args, names=names):
+                        o = b.to_params({n: cv[j] for j, n in enumerate(names)}, *args)
+                        return jnp.stack([o[nm] for nm in b.params])
+
+                    cv = jnp.stack([c[n] for n in names])
+                    ld = jnp.linalg.slogdet(jax.jacfwd(block)(cv))[1]
+            theta.update(out)
+            jac = jac + ld
+        return theta, jac
 
     def _others(self, theta, block, ref):
         out = {k: v for k, v in theta.items() if k != "sigma" and k not in block.params}
@@ -610,26 +654,9 @@ class Spec:
         return jnp.stack([p.to_unconstrained(vals[p.name]) for p in self.sampled], -1)
 
     def log_jacobian_s(self, s, ref):
-        """log |d theta / d s|: Param transforms plus each block's coordinate map."""
-        out = sum(log_abs_det_jacobian(p, s[i]) for i, p in enumerate(self.sampled))
-        theta = self.theta_s(s, ref) if any(b.uses_law for b in self.blocks) else None
-        i = 0
-        for b in self.blocks:
-            n = len(b.coords)
-
-            def block(cv, b=b):
-                c = {p.name: cv[j] for j, p in enumerate(b.coords)}
-                if b.uses_law:  # triangular: the other parameters are held at their values
-                    o = self._others(theta, b, ref)
-                    out = b.to_params(c, ref[b.name], self.law, o)
-                else:
-                    out = b.to_params(c, ref[b.name])
-                return jnp.stack([out[nm] for nm in b.params])
-
-            cv = jnp.stack([p.from_unconstrained(s[i + j]) for j, p in enumerate(b.coords)])
-            out = out + jnp.linalg.slogdet(jax.jacfwd(block)(cv))[1]
-            i += n
-        return out
+        """log |d theta / d s|: Param transforms plus each block's coordinate map (triangular:
+        a block that reads other parameters holds them at their values)."""
+        return self._theta_s(s, ref, True)[1]
 
     # --- densities -------------------------------------------------------------------------------
     def law_params(self, theta, fixed):
@@ -673,9 +700,8 @@ class Spec:
 
     def log_joint_s(self, s, data):
         """Unnormalised log posterior density of the sampling vector ``s`` (what NUTS samples)."""
-        theta = self.theta_s(s, data["ref"])
-        lp = (self.log_prior(theta) + jnp.sum(self.pointwise_loglik(theta, data))
-              + self.log_jacobian_s(s, data["ref"]))
+        theta, jac = self._theta_s(s, data["ref"], True)
+        lp = self.log_prior(theta) + jnp.sum(self.pointwise_loglik(theta, data)) + jac
         return jnp.where(jnp.isfinite(lp) & self._inside(theta), lp, -jnp.inf)
 
 
@@ -713,7 +739,7 @@ def make_spec(law, *, priors=None, likelihood="huber", fixed=None, scale=None, c
     if isinstance(priors, str):
         if priors != "flat":
             raise BayesScalingError(f"priors must be None, 'flat' or a dict, got {priors!r}")
-        pri.update({p.name: FlatPrior() for p in law.params})
+        pri.update({p.name: FlatPrior(log_scale(p)) for p in law.params})
     elif priors is not None:
         unknown = set(priors) - set(law.param_names) - {"sigma"}
         if unknown:
@@ -839,23 +865,6 @@ def _map_objective(spec: Spec):
     return _cached("map", spec, build)
 
 
-def _s_objective(spec: Spec):
-    """``f(s, args) = -log_joint_s(s) / n``: the density NUTS samples, for its modes."""
-
-    def build():
-        def f(s, args):
-            lp = spec.log_joint_s(s, args["data"])
-            return jnp.where(jnp.isfinite(lp), -lp / args["n"], jnp.inf)
-        return f
-
-    return _cached("smode", spec, build)
-
-
-def _neg_hessian(spec: Spec):
-    return _cached("hess", spec, lambda: jax.jit(
-        lambda s, data: -jax.hessian(lambda v: spec.log_joint_s(v, data))(s)))
-
-
 def _log_joint_batch(spec: Spec):
     return _cached("lj", spec, lambda: jax.jit(jax.vmap(
         lambda s, data: spec.log_joint_s(s, data), in_axes=(0, None))))
@@ -888,7 +897,8 @@ class Mode:
 
 
 def _laplace(spec, data, s) -> Mode:
-    H = np.asarray(_neg_hessian(spec)(jnp.asarray(s), data))
+    lj, _, H = (np.asarray(a) for a in _newton_pieces(spec)(jnp.asarray(s), data))
+    lj = float(lj)
     H = 0.5 * (H + H.T)
     ok = bool(np.all(np.isfinite(H)))
     if ok:
@@ -903,7 +913,6 @@ def _laplace(spec, data, s) -> Mode:
     cov = (V / w) @ V.T
     cov = 0.5 * (cov + cov.T)
     chol = np.linalg.cholesky(cov)
-    lj = float(np.asarray(_log_joint_batch(spec)(jnp.asarray(s)[None], data))[0])
     log_mass = lj + 0.5 * (len(s) * math.log(2 * math.pi) - np.sum(np.log(w)))
     return Mode(np.asarray(s), lj, cov, chol, log_mass, ok)
 
@@ -933,20 +942,62 @@ def _map_stage(spec, data, n_starts, seed, max_iter, inits=None):
     starts["neg_log_post"] = v_map * n
     starts["n_iter"] = it_map
     starts["converged"] = finite & (g_map < 1e-5)
-    return theta_map, float(v_map[best] * n), starts, u_map[finite]
+    return theta_map, float(v_map[best] * n), starts, (u_map[finite], v_map[finite])
 
 
-def _find_modes(spec, data, u_ok, max_iter):
-    """Modes of the sampled density, polished from every finite MAP endpoint ``u_ok``; distinct
-    ones sorted by Laplace mass."""
-    n = float(len(data["y"]))
-    args = {"data": data, "n": jnp.asarray(n)}
-    s0 = np.asarray(_to_s_batch(spec)(jnp.asarray(u_ok), data["ref"]))
-    s_m, v_m, _, _ = lbfgs_multistart(_s_objective(spec), s0, args, max_iter=max_iter)
-    ok = np.isfinite(v_m) & np.all(np.isfinite(s_m), 1)
-    if not ok.any():
+def _newton_pieces(spec: Spec):
+    def f(s, data):
+        lp = spec.log_joint_s(s, data)
+        return lp, jax.grad(spec.log_joint_s)(s, data), -jax.hessian(spec.log_joint_s)(s, data)
+    return _cached("newton", spec, lambda: jax.jit(f))
+
+
+def _newton(spec, data, s, max_steps=100, tol=1e-9):
+    """Damped Newton ascent of the sampled density from ``s`` (curvature floored to stay PD)."""
+    pieces = _newton_pieces(spec)
+    lp, g, H = (np.asarray(a) for a in pieces(jnp.asarray(s), data))
+    if not np.isfinite(lp):
+        return s, -np.inf
+    for _ in range(max_steps):
+        H = 0.5 * (H + H.T)
+        if not np.all(np.isfinite(H)) or not np.all(np.isfinite(g)):
+            break
+        w, V = np.linalg.eigh(H)
+        w = np.maximum(np.abs(w), max(1e-8 * np.abs(w).max(), 1e-10))
+        step = V @ ((V.T @ g) / w)
+        t, moved = 1.0, False
+        while t > 1e-8:
+            lp_new, g_new, H_new = (np.asarray(a) for a in pieces(jnp.asarray(s + t * step), data))
+            if np.isfinite(lp_new) and lp_new >= lp + 1e-4 * t * float(g @ step):
+                moved = True
+                break
+            t *= 0.5
+        if not moved:
+            break
+        s, gain = s + t * step, lp_new - lp
+        lp, g, H = lp_new, g_new, H_new
+        if gain < tol and np.max(np.abs(t * step)) < 1e-7:
+            break
+    return s, float(lp)
+
+
+def _find_modes(spec, data, u_ok, values, max_starts=4):
+    """Modes of the sampled density: damped Newton from the best distinct MAP endpoints (mapped
+    into the sampling coordinates); distinct modes sorted by Laplace mass."""
+    order = np.argsort(values)
+    starts = []
+    for j in order:
+        if all(np.max(np.abs(u_ok[j] - u_ok[k])) > 1e-3 for k in starts):
+            starts.append(j)
+        if len(starts) >= max_starts:
+            break
+    s0 = np.asarray(_to_s_batch(spec)(jnp.asarray(u_ok[starts]), data["ref"]))
+    found = [_newton(spec, data, si) for si in s0]
+    found = [(si, lp) for si, lp in found if np.isfinite(lp)]
+    if not found:
         raise FitError(f"no finite mode of the sampled density of {spec.law.name}")
-    return _distinct_modes(spec, data, s_m[ok], v_m[ok] * n)
+    return _distinct_modes(spec, data, np.stack([f[0] for f in found]),
+                           np.array([-f[1] for f in found]))
 
 
 def map_estimate(law, df, *, priors=None, likelihood="huber", fixed=None, scale=None,
@@ -1147,12 +1198,17 @@ class Posterior:
                 "its intervals may be wrong", ConvergenceWarning, stacklevel=3)
 
     # --- predictions -----------------------------------------------------------------------------
-    def predict_draws(self, df, kind="mean", *, seed=0, max_draws=None) -> np.ndarray:
+    def predict_draws(self, df, kind="mean", *, seed=0, max_draws=None,
+                      discrepancy=None) -> np.ndarray:
         """Predicted loss for every posterior draw and row: an array of shape ``(S, n)``.
 
         ``kind="mean"``: the law's value ``f(theta_s, x)``; ``"predictive"``: a new observation,
         ``f(theta_s, x) * exp(sigma_s * eps)`` with ``eps`` drawn from the likelihood (Huber,
         Student-t or Normal; seeded by ``seed``). ``max_draws`` thins the draws evenly.
+        ``discrepancy``: a model-discrepancy scale ``tau`` (default: ``settings["discrepancy"]``,
+        set by :func:`estimate_discrepancy`, else 0): both kinds are multiplied by
+        ``exp(tau d(x) z)``, ``z ~ N(0, 1)``, with ``d`` the :func:`extrapolation_distance` of the
+        row from the fitted table, so intervals widen with extrapolation and not inside the data.
         Vectorised over draws (one ``vmap``).
         """
         if kind not in ("mean", "predictive"):
@@ -1160,14 +1216,21 @@ class Posterior:
         self._check_use()
         x = _forecast_inputs(self.law, df)
         p, sigma = self._param_draws(max_draws)
-        mean = np.asarray(_vmapped_law(self.law)(p, x))
-        if kind == "mean":
-            return mean
-        eps = _standard_noise(self.settings["likelihood"], jax.random.PRNGKey(seed), mean.shape,
-                              self.settings["c"], self.settings["student_df"])
-        return mean * np.exp(np.asarray(sigma)[:, None] * np.asarray(eps))
+        out = np.asarray(_vmapped_law(self.law)(p, x))
+        k_noise, k_disc = jax.random.split(jax.random.PRNGKey(seed))
+        if kind == "predictive":
+            eps = _standard_noise(self.settings["likelihood"], k_noise, out.shape,
+                                  self.settings["c"], self.settings["student_df"])
+            out = out * np.exp(np.asarray(sigma)[:, None] * np.asarray(eps))
+        tau = self.settings.get("discrepancy", 0.0) if discrepancy is None else discrepancy
+        if tau:
+            d = extrapolation_distance(self, df)
+            z = np.asarray(jax.random.normal(k_disc, out.shape))
+            out = out * np.exp(tau * d[None, :] * z)
+        return out
 
-    def forecast(self, new_df, interval=0.9, kind="predictive", *, seed=0) -> pd.DataFrame:
+    def forecast(self, new_df, interval=0.9, kind="predictive", *, seed=0,
+                 discrepancy=None) -> pd.DataFrame:
         """Posterior forecast at the rows of ``new_df``: mean, median, lower, upper, sd.
 
         ``lower``/``upper`` are the equal-tailed ``interval`` credible bounds. ``kind="mean"``
@@ -1176,15 +1239,16 @@ class Posterior:
         """
         if not 0 < interval < 1:
             raise BayesScalingError(f"interval must be in (0, 1), got {interval}")
-        y = self.predict_draws(new_df, kind, seed=seed)
+        y = self.predict_draws(new_df, kind, seed=seed, discrepancy=discrepancy)
         a = (1 - interval) / 2
         q = np.quantile(y, [a, 0.5, 1 - a], axis=0)
         return pd.DataFrame({"mean": y.mean(0), "median": q[1], "lower": q[0], "upper": q[2],
                              "sd": y.std(0)}, index=getattr(new_df, "index", None))
 
-    def coverage(self, df, intervals=(0.5, 0.9), kind="predictive", *, seed=0) -> dict:
+    def coverage(self, df, intervals=(0.5, 0.9), kind="predictive", *, seed=0,
+                 discrepancy=None) -> dict:
         """Fraction of the rows of ``df`` whose ``loss`` lies in each central predictive interval."""
-        y = self.predict_draws(df, kind, seed=seed)
+        y = self.predict_draws(df, kind, seed=seed, discrepancy=discrepancy)
         obs = np.asarray(df["loss"], float)
         out = {}
         for iv in intervals:
@@ -1197,8 +1261,12 @@ class Posterior:
     def save(self, path):
         """Write the posterior as netCDF; the law, settings, MAP, diagnostics and modes go into the
         ``posterior`` group's ``bayes_scaling`` attribute (JSON)."""
+        settings = {k: v for k, v in self.settings.items() if not k.startswith("_")}
+        if self.settings.get("_discrepancy_axis") is not None:
+            warnings.warn("the discrepancy axis (a function) is not saved; pass it again after "
+                          "loading with with_discrepancy", stacklevel=2)
         meta = {"law": self.law.name, "map": self.map, "diagnostics": self.diagnostics,
-                "settings": self.settings, "data_hash": self.data_hash,
+                "settings": settings, "data_hash": self.data_hash,
                 "modes": json.loads(self.modes.to_json(orient="records"))}
         self.idata.posterior.attrs["bayes_scaling"] = json.dumps(meta, default=_json_default)
         self.idata.to_netcdf(str(path))
@@ -1214,6 +1282,80 @@ class Posterior:
         n = self.idata.posterior.sizes
         return (f"Posterior({self.law.name}, {self.settings['likelihood']}, {n['chain']}x{n['draw']} "
                 f"draws; {detail}; {status})")
+
+
+def extrapolation_distance(post, df, axis=None) -> np.ndarray:
+    """How far each row of ``df`` lies outside the table ``post`` was fitted on.
+
+    Per coordinate, in log space: the distance beyond the fitted range ``[min, max]``, divided by
+    the width of that range (0 inside it; a coordinate that was constant in the fit counts in units
+    of 1 in log space); the row's distance is the Euclidean norm over the coordinates. The
+    coordinates are the law's variables, or ``axis(table) -> positive array`` (e.g. epochs
+    ``lambda t: t.D / t.U``) when extrapolation happens along a derived quantity. The axis is
+    stored in ``post.settings["discrepancy_axis"]`` by :func:`estimate_discrepancy`.
+    """
+    axis = axis if axis is not None else post.settings.get("_discrepancy_axis")
+    cd = post.idata.constant_data
+    fitted = pd.DataFrame({k: np.asarray(cd[k]) for k in cd.data_vars})
+    if axis is not None:
+        pairs = [(np.asarray(axis(fitted), float), np.asarray(axis(df), float))]
+    else:
+        law = post.law
+        pairs = [(np.asarray(fitted[law.column(v)], float), np.asarray(df[law.column(v)], float))
+                 for v in law.variables if law.column(v) in fitted and law.column(v) in df]
+    out = np.zeros(len(df))
+    for fit, new in pairs:
+        fit, new = np.log(np.maximum(fit, 1e-300)), np.log(np.maximum(new, 1e-300))
+        lo, hi = fit.min(), fit.max()
+        width = hi - lo if hi > lo else 1.0
+        beyond = np.maximum(new - hi, 0.0) + np.maximum(lo - new, 0.0)
+        out += (beyond / width) ** 2
+    return np.sqrt(out)
+
+
+def estimate_discrepancy(law, df, heldout, *, axis=None, grid=None, **fit_kwargs) -> dict:
+    """Scale ``tau`` of a model-discrepancy term that grows with extrapolation distance.
+
+    The extrapolation is rehearsed inside ``df``: the posterior is fitted on the rows where
+    ``heldout(df)`` is False and predicts the rows where it is True (e.g. the largest models of the
+    *training* table). ``tau`` maximises the Gaussian likelihood of those rows' log residuals
+    (observed minus posterior median) under variance ``var_post + var_noise + (tau d)^2``, with
+    ``d`` their :func:`extrapolation_distance` (along ``axis``, default the law's variables) and
+    the first two variances from the posterior predictive draws. Nothing outside ``df`` is used.
+    Apply it with ``post.forecast(new, discrepancy=tau)`` or :func:`with_discrepancy`.
+
+    Returns:
+        dict with ``tau``, the inner split's sizes and its coverage before/after.
+    """
+    mask = np.asarray(heldout(df) if callable(heldout) else heldout, bool)
+    if mask.all() or not mask.any():
+        raise BayesScalingError("the inner hold-out must leave rows on both sides")
+    inner, test = df[~mask], df[mask]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        post = fit_posterior(law, inner, **{"progress_bar": False, **fit_kwargs})
+        y = np.log(post.predict_draws(test, "predictive", discrepancy=0.0))
+    d = extrapolation_distance(post, test, axis)
+    r = np.log(np.asarray(test["loss"], float)) - np.median(y, 0)
+    v0 = y.var(0)
+    grid = np.concatenate([[0.0], np.geomspace(1e-4, 2.0, 400)]) if grid is None else grid
+    ll = [np.sum(-0.5 * np.log(v0 + (t * d) ** 2) - 0.5 * r**2 / (v0 + (t * d) ** 2)) for t in grid]
+    tau = float(grid[int(np.argmax(ll))])
+    post.settings["_discrepancy_axis"] = axis
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        before = post.coverage(test, (0.5, 0.9), discrepancy=0.0)
+        after = post.coverage(test, (0.5, 0.9), discrepancy=tau)
+    return {"tau": tau, "axis": axis, "n_inner_train": int((~mask).sum()),
+            "n_inner_test": int(mask.sum()), "inner_distance_max": float(d.max()),
+            "inner_coverage_before": before, "inner_coverage_after": after}
+
+
+def with_discrepancy(post, tau, axis=None):
+    """Make ``tau`` (and the extrapolation ``axis``) the default of ``post``'s forecasts."""
+    post.settings["discrepancy"] = float(tau)
+    post.settings["_discrepancy_axis"] = axis
+    return post
 
 
 def load_posterior(path, law=None) -> Posterior:
@@ -1435,11 +1577,11 @@ def fit_posterior(
     spec0 = make_spec(law, coordinates=None, **kw)
     law = spec0.law
     vdf = _data.validate(df, law, min_rows=len(spec0.law_names) + 1)
-    theta_map, neg_lp_map, starts, u_ok = _map_stage(spec0, _data_pytree(spec0, vdf), n_starts,
-                                                     seed, max_iter)
+    theta_map, neg_lp_map, starts, (u_ok, v_ok) = _map_stage(
+        spec0, _data_pytree(spec0, vdf), n_starts, seed, max_iter)
     spec = make_spec(law, coordinates=coordinates, **kw)
     data = _data_pytree(spec, vdf)
-    modes = _find_modes(spec, data, u_ok, max_iter)
+    modes = _find_modes(spec, data, u_ok, v_ok)
     t_modes = time.perf_counter() - t0
     top = modes[0]
     d = len(spec.sampled)
