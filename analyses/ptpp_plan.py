@@ -16,7 +16,7 @@ cached next to the outputs and refitted only when the rows change.
 
 Default target loss: the median forecast at ATPP 16 with 25% replay (mid-grid), so the question
 is "what is the cheapest way to reach what a mid-grid run reaches"; pass ``--target-loss`` to ask
-your own. Writes ``analyses/out/ptpp_plan/`` (``--synthetic``: ``ptpp_plan_synthetic/``):
+your own. Writes ``analyses/out/ptpp_plan/[<tag>/]`` (``--synthetic``: ``ptpp_plan_synthetic/``):
 plan.json, plan.csv, fig2_plan.png, summary.md.
 """
 from __future__ import annotations
@@ -54,8 +54,13 @@ def main(argv=None):
     ap.add_argument("--fit-stages", default="all", help="'all' or e.g. '15,31' (forecast mode)")
     ap.add_argument("--posterior", default="auto", choices=("auto", "nuts", "laplace"))
     ap.add_argument("--posterior-kw", default="{}")
+    ap.add_argument("--tag", default="", help="write the results to a subfolder of this name")
+    ap.add_argument("--extrapolate", action="store_true",
+                    help="search replay in [0, 1] and ATPP in [0.1, 1000] instead of the ranges the "
+                         "fitted rows cover (the laws are not validated outside them)")
     args = ap.parse_args(argv)
-    out = HERE / "out" / ("ptpp_plan_synthetic" if args.synthetic else "ptpp_plan")
+    base_out = HERE / "out" / ("ptpp_plan_synthetic" if args.synthetic else "ptpp_plan")
+    out = base_out / args.tag if args.tag else base_out
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     df = bc.load(args.synthetic)
@@ -74,7 +79,7 @@ def main(argv=None):
     fits = {}
     for dom, lname in (("target", args.target_law), ("source", args.source_law)):
         d = adapt[adapt["domain"] == dom]
-        fits[dom], how = bc.cached_posterior(bs.laws.get(lname), d, out / f"posterior_{dom}.nc",
+        fits[dom], how = bc.cached_posterior(bs.laws.get(lname), d, base_out / f"posterior_{dom}.nc",
                                              seed=0, kind=args.posterior, posterior_kw=kw)
     base_rows = df[(df["D"] == 0) & (df["domain"] == "source")]
     source_base = df if len(base_rows) else None
@@ -85,12 +90,25 @@ def main(argv=None):
     stage_note = ("fitted on every stage present" if args.fit_stages == "all"
                   else f"fitted on PTPP {args.fit_stages} only (forecast)")
     forecast = args.ptpp not in cov["stages"] or args.fit_stages != "all"
+    if args.extrapolate:
+        rb, ab = (0.0, 1.0), (0.1, 1000.0)
+    else:  # the box the fitted rows cover
+        rb = (float(adapt["replay"].min()), float(adapt["replay"].max()))
+        atpp = adapt["D"] / adapt["N"]
+        ab = (float(atpp.min()), float(atpp.max()))
+    box = f"replay in [{rb[0]:g}, {rb[1]:g}], ATPP in [{ab[0]:.3g}, {ab[1]:.3g}]"
+    stage_note += f"; search box {box}" + (" (extrapolating)" if args.extrapolate else
+                                           " (the range of the fitted rows)")
     try:
         plan = P.adaptation(fits["target"], fits["source"], N=N, ptpp=args.ptpp,
                             max_forgetting=args.max_forgetting, target_loss=tau, prob=args.prob,
-                            source_base=source_base, atpp_bounds=(0.1, 1000))
+                            source_base=source_base, replay_bounds=rb, atpp_bounds=ab)
     except P.InfeasiblePlanError as e:
-        text = (f"# Adaptation plan, N = {N:.0f}, PTPP {args.ptpp:g}\n\nInfeasible: {e}\n")
+        text = (f"# Adaptation plan, N = {N:.0f}, PTPP {args.ptpp:g}\n\n{stage_note}"
+                + (" (a forecast: no PTPP-279 adaptation rows yet)" if forecast else "")
+                + f"; posterior: {how}; target loss <= {tau:.4f}"
+                + (" (default: the median forecast at ATPP 16, 25% replay)" if args.target_loss is None
+                   else "") + f".\n\nInfeasible: {e}\n")
         (out / "summary.md").write_text(text)
         print(text)
         return 2
