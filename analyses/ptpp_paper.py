@@ -338,6 +338,16 @@ def tables_section(results, bayes, bayes_note):
             md += [f"### {name}: unseen PTPP = {TEST_PTPP}, {what}", "",
                    ev.markdown_table(six_metric_table(res)), "",
                    "Paper:", "", ev.markdown_table(paper_frame(domain, setting)), ""]
+    md += ["## Fitted parameters (MAP, no anchors)", "",
+           "Parameters at a bound or at extreme values show where two training stages do not "
+           "pin a term down.", ""]
+    for domain, name in DOMAINS.items():
+        res = results[(domain, "none")]
+        rows = []
+        for (label, kind), fit in res.fits.items():
+            if kind == "map":
+                rows.append(dict(label=label, **{k: v for k, v in fit.params.items()}))
+        md += [f"### {name}", "", ev.markdown_table(pd.DataFrame(rows)), ""]
     md += ["## Appendix B: oracle (D-CPT fitted on the whole test stage)", ""]
     rows = []
     for domain, name in DOMAINS.items():
