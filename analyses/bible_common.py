@@ -136,12 +136,23 @@ def cached_posterior(law, df, path, *, seed=0, kind="auto", posterior_kw=None):
     meta = path.with_suffix(".json")
     load = getattr(bs, "load_posterior", None)
     if load is not None and path.exists() and meta.exists() and json.loads(meta.read_text()) == key:
-        return load(path), "bs.fit_posterior (cached)"
+        post = load(path)
+        return post, f"bs.fit_posterior ({post.settings.get('method', 'nuts')}, cached)"
     post, how = posterior(law, df, seed=seed, kind=kind, posterior_kw=posterior_kw)
     if hasattr(post, "save") and hasattr(post, "idata"):
         post.save(path)
         meta.write_text(json.dumps(key))
     return post, how
+
+
+def diagnostics_note(post) -> str:
+    """One line on a posterior's convergence checks (empty for non-MCMC fallbacks)."""
+    diag = getattr(post, "diagnostics", None)
+    if not diag:
+        return ""
+    if diag.get("ok", False):
+        return f"{post.law.name}: convergence checks passed"
+    return f"{post.law.name}: convergence checks failed ({'; '.join(diag.get('failed', []))})"
 
 
 def predictive(post, df, level=0.9, seed=0):

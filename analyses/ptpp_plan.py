@@ -76,11 +76,14 @@ def main(argv=None):
         return 1
     kw = json.loads(args.posterior_kw)
     N = float(df["N"].max())  # largest model, non-embedding parameters
-    fits = {}
+    fits, diag = {}, []
     for dom, lname in (("target", args.target_law), ("source", args.source_law)):
         d = adapt[adapt["domain"] == dom]
         fits[dom], how = bc.cached_posterior(bs.laws.get(lname), d, base_out / f"posterior_{dom}.nc",
                                              seed=0, kind=args.posterior, posterior_kw=kw)
+        note = bc.diagnostics_note(fits[dom])
+        if note:
+            diag.append(note)
     base_rows = df[(df["D"] == 0) & (df["domain"] == "source")]
     source_base = df if len(base_rows) else None
     tau = args.target_loss
@@ -89,6 +92,9 @@ def main(argv=None):
         tau = float(np.median(P.predict_draws(fits["target"], row)))
     stage_note = ("fitted on every stage present" if args.fit_stages == "all"
                   else f"fitted on PTPP {args.fit_stages} only (forecast)")
+    stage_note += f" (PTPP {', '.join(f'{p:g}' for p in sorted(adapt['ptpp'].unique()))})"
+    if diag:
+        stage_note += "; " + "; ".join(diag)
     forecast = args.ptpp not in cov["stages"] or args.fit_stages != "all"
     if args.extrapolate:
         rb, ab = (0.0, 1.0), (0.1, 1000.0)

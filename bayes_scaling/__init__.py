@@ -8,7 +8,8 @@ import jax as _jax
 _jax.config.update("jax_enable_x64", True)
 
 from . import errors, laws  # noqa: E402,F401
-from .errors import BayesScalingError, DataError, FitError, LawError  # noqa: E402,F401
+from .errors import (BayesScalingError, ConvergenceWarning, DataError, FitError,  # noqa: E402,F401
+                     LawError, MultimodalWarning, ParetoKWarning)
 from . import data, datasets, metrics  # noqa: E402,F401
 from .fit import MapFit, fit_map, fit_two_phase  # noqa: E402,F401
 from .bayes import Posterior, fit_posterior, load_posterior  # noqa: E402,F401

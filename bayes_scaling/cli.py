@@ -4,6 +4,10 @@
     bayes-scaling fit --law NAME table.csv --delta D      robust MAP fit; prints params and metrics
     bayes-scaling demo                                    fit Chinchilla on Epoch's bundled points
     bayes-scaling datasets                                list bundled loss tables
+    bayes-scaling posterior --law NAME table.csv --out p.nc   posterior (NUTS or Laplace), saved
+    bayes-scaling forecast p.nc new.csv [--interval 0.9]  forecast intervals at new rows
+    bayes-scaling plan --target T --source S --N N --ptpp P --max-forgetting 2% --target-loss L
+                       [--prob 0.9]                       adaptation plan (PTPP paper Sec. 4)
     bayes-scaling train CONFIG [--workers N]              run/resume a training sweep (training/)
     bayes-scaling analyses [--quick] [--only NAME ...]    regenerate analyses/out/
 """
@@ -92,6 +96,58 @@ def cmd_datasets(args) -> None:
         print(f"{name:24s} {len(df):6d} rows   columns: {', '.join(map(str, df.columns[:12]))}")
 
 
+def cmd_posterior(args) -> None:
+    from .bayes import posterior_command
+
+    posterior_command(args.law, _read_table(args.table, args.query), args.out, method=args.method,
+                      likelihood=args.likelihood, num_chains=args.chains,
+                      num_warmup=args.warmup, num_samples=args.samples, seed=args.seed)
+
+
+def cmd_forecast(args) -> None:
+    from .bayes import forecast_command
+
+    forecast_command(args.posterior, args.table, interval=args.interval, kind=args.kind,
+                     out=args.out, seed=args.seed)
+
+
+def _load_fit(path: str):
+    """A saved Posterior (.nc) or MapFit (.json)."""
+    from .bayes import load_posterior
+    from .fit import MapFit
+
+    if not Path(path).exists():
+        raise BayesScalingError(f"{path}: no such file (a posterior .nc from `bayes-scaling "
+                                "posterior` or a fit .json from `bayes-scaling fit --out`)")
+    return MapFit.load(path) if path.endswith(".json") else load_posterior(path)
+
+
+def cmd_plan(args) -> None:
+    from . import plan as P
+
+    forgetting = args.max_forgetting
+    if not forgetting.strip().endswith("%"):
+        forgetting = float(forgetting)
+    base = args.source_base
+    if base is not None:
+        try:
+            base = float(base)
+        except ValueError:
+            base = _read_table(base, None)
+    # an infeasible request raises InfeasiblePlanError, whose message names the closest plan
+    pl = P.adaptation(_load_fit(args.target), _load_fit(args.source), N=args.N, ptpp=args.ptpp,
+                      max_forgetting=forgetting, target_loss=args.target_loss, prob=args.prob,
+                      replay_bounds=tuple(args.replay_bounds),
+                      atpp_bounds=tuple(args.atpp_bounds), source_base=base)
+    print(repr(pl))
+    if args.out:
+        pl.save(args.out)
+        print(f"saved {args.out}")
+    if args.figure:
+        P.plot_adaptation(pl, path=args.figure)
+        print(f"saved {args.figure}")
+
+
 def _source_tree_script(*parts) -> Path:
     path = Path(__file__).resolve().parents[1].joinpath(*parts)
     if not path.exists():
@@ -137,6 +193,46 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--query", help="pandas query selecting rows, e.g. \"domain == 'target' and D > 0\"")
     s.add_argument("--out", help="write the fit as JSON")
     s.set_defaults(func=cmd_fit)
+
+    s = sub.add_parser("posterior", help="posterior of a law on a loss table (NUTS or Laplace)")
+    s.add_argument("table", help="CSV loss table in canonical columns, or dataset:NAME")
+    s.add_argument("--law", required=True, help="registered law name")
+    s.add_argument("--out", required=True, help="netCDF file for the posterior (plus a .json)")
+    s.add_argument("--method", choices=["nuts", "laplace"], default="nuts")
+    s.add_argument("--likelihood", choices=["huber", "student_t", "normal"], default="huber")
+    s.add_argument("--chains", type=int, default=4)
+    s.add_argument("--warmup", type=int, default=1000)
+    s.add_argument("--samples", type=int, default=1000)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--query", help="pandas query selecting rows")
+    s.set_defaults(func=cmd_posterior)
+
+    s = sub.add_parser("forecast", help="forecast intervals of a saved posterior at new rows")
+    s.add_argument("posterior", help="posterior .nc written by `bayes-scaling posterior`")
+    s.add_argument("table", help="CSV of new rows (the law's columns)")
+    s.add_argument("--interval", type=float, default=0.9)
+    s.add_argument("--kind", choices=["predictive", "mean"], default="predictive")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", help="write the table here instead of printing it")
+    s.set_defaults(func=cmd_forecast)
+
+    s = sub.add_parser("plan", help="smallest adaptation budget meeting a target-loss and a "
+                                    "forgetting constraint (PTPP paper Sec. 4)")
+    s.add_argument("--target", required=True, help="target-domain posterior .nc or fit .json")
+    s.add_argument("--source", required=True, help="source-domain posterior .nc or fit .json")
+    s.add_argument("--N", type=float, required=True, help="model size (as in the fitted table)")
+    s.add_argument("--ptpp", type=float, required=True, help="pre-training tokens per parameter")
+    s.add_argument("--max-forgetting", required=True,
+                   help="allowed source-loss increase: absolute (0.02) or relative (2%%)")
+    s.add_argument("--target-loss", type=float, required=True, help="target-loss threshold tau")
+    s.add_argument("--prob", type=float, help="chance constraints at this probability")
+    s.add_argument("--source-base", help="pre-adaptation source loss: a number, or a loss table "
+                                         "(CSV or dataset:NAME) with D == 0 rows")
+    s.add_argument("--replay-bounds", type=float, nargs=2, default=(0.0, 1.0))
+    s.add_argument("--atpp-bounds", type=float, nargs=2, default=(1e-2, 1e3))
+    s.add_argument("--out", help="write the plan as JSON")
+    s.add_argument("--figure", help="write the paper's Figure 2 for the plan (PNG)")
+    s.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("demo", help="fit Chinchilla on the bundled Epoch points and print metrics")
     s.add_argument("--n-starts", type=int, default=64)

@@ -13,13 +13,11 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from .errors import BayesScalingError
+from .errors import BayesScalingError, ParetoKWarning
 
 PARETO_K_WARN = 0.7
 
 
-class ParetoKWarning(UserWarning):
-    """Some rows have Pareto k > 0.7: PSIS-LOO is unreliable for them."""
 
 
 def loo(post, pointwise=True):

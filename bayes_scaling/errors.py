@@ -18,3 +18,15 @@ class LawError(BayesScalingError, KeyError):
 
 class FitError(BayesScalingError, RuntimeError):
     """A fit could not produce a usable result (e.g. every start diverged)."""
+
+
+class ConvergenceWarning(UserWarning):
+    """A posterior failed a convergence diagnostic (R-hat, ESS, divergences, BFMI)."""
+
+
+class MultimodalWarning(UserWarning):
+    """The posterior has several separated modes of comparable height."""
+
+
+class ParetoKWarning(UserWarning):
+    """Some rows have Pareto k > 0.7: PSIS-LOO is unreliable for them."""

@@ -33,17 +33,25 @@ def _draws(fit, df, kind="mean", max_draws=1000):
 
 
 def grouping(law, df, x=None, panel=None, color=None):
-    """(x, panel variables, colour variable) for a table, from the law's variables."""
+    """(x, panel variables, colour variable) for a table, from the law's variables.
+
+    Convention (as in the papers' figures): one panel per model size (the law's first variable,
+    N or M), the most finely varied remaining variable on the x axis, and the next one (with at
+    most MAX_COLORS values) as colour; any other varying variable adds panels.
+    """
     cols = [law.column(v) for v in law.variables if law.column(v) in df]
     nuniq = {c: df[c].nunique() for c in cols}
-    rest = sorted(cols, key=lambda c: -nuniq[c])
-    x = x or rest[0]
-    rest = [c for c in rest if c != x and nuniq[c] > 1]
+    varying = [c for c in cols if nuniq[c] > 1]
+    size = cols[0] if cols and nuniq.get(cols[0], 0) > 1 else None
+    if x is None:
+        rest = [c for c in varying if c != size] or varying
+        x = max(rest, key=lambda c: nuniq[c]) if rest else cols[0]
+    others = [c for c in varying if c != x]
     if color is None:
-        cands = [c for c in rest if c != panel and nuniq[c] <= MAX_COLORS]
-        color = cands[-1] if cands else None
+        cands = [c for c in others if c != size and c != panel and nuniq[c] <= MAX_COLORS]
+        color = cands[0] if cands else None
     if panel is None:
-        panel = [c for c in rest if c != color]
+        panel = [c for c in others if c != color]
     elif isinstance(panel, str):
         panel = [panel]
     return x, list(panel), color

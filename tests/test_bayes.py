@@ -45,9 +45,6 @@ def chin_laplace(chin_data):
 
 # --- the one objective -----------------------------------------------------------------------------
 
-@pytest.mark.xfail(reason="open defect: with log-interval scale parameters (chinchilla's A, B "
-                   "in [1e-6, 1e6]) the flat-prior mode is off the Huber fit by 0.4% in A; "
-                   "a Jacobian term of the natural coordinates is being fixed", strict=False)
 def test_flat_prior_fixed_scale_map_is_the_huber_fit(epoch):
     """DESIGN rule 2: flat priors + fixed sigma => posterior mode == fit_map(delta = c sigma)."""
     _, kept = epoch
@@ -60,7 +57,7 @@ def test_flat_prior_fixed_scale_map_is_the_huber_fit(epoch):
     # the minimised negative log posterior is J / sigma^2 + n log sigma + n log Z(c)
     sigma, n = delta / B.HUBER_C, len(kept)
     J = float(np.sum(np.asarray(bs.objective.huber(
-        np.log(bs.laws.get("chinchilla")(params, kept)) - np.log(kept["loss"]), delta))))
+        np.log(bs.laws.get("chinchilla")(params, kept)) - np.log(kept["loss"].to_numpy()), delta))))
     assert J <= fit.objective * (1 + 1e-8)
     expected = J / sigma**2 + n * math.log(sigma) + n * float(huber_log_normaliser(B.HUBER_C))
     assert nlp == pytest.approx(expected, rel=1e-9)
@@ -267,7 +264,7 @@ def test_compare_prefers_the_true_law_and_surfaces_pareto_k(chin_data, chin_lapl
     p1 = bs.fit_posterior("chinchilla", bad, method="laplace", likelihood="normal")
     p2 = bs.fit_posterior("chinchilla", bad, method="laplace", likelihood="normal",
                           fixed={"beta": 0.15})
-    with pytest.warns(bs.compare_module.ParetoKWarning, match="rows \\[0"):
+    with pytest.warns(bs.ParetoKWarning, match="rows \\[0"):
         bs.compare({"a": p1, "b": p2})
 
 
@@ -275,7 +272,7 @@ def test_plots_write_pngs(tmp_path, chin_laplace, chin_data, epoch):
     from bayes_scaling import plots
 
     fig = plots.fit_plot(chin_laplace, chin_data, path=tmp_path / "fit.png")
-    assert len(fig.axes) == 6  # one panel per model size
+    assert sum(ax.get_visible() for ax in fig.axes) == 6  # one panel per model size
     plots.forecast_plot(chin_laplace, chin_grid(3, 10), train=chin_data, path=tmp_path / "fc.png")
     fit = bs.fit_map("chinchilla", epoch[1], delta=1e-3, n_starts=4)
     plots.fit_plot(fit, epoch[1], path=tmp_path / "epoch.png")  # continuous (N, D): parity plot
@@ -286,11 +283,19 @@ def test_plots_write_pngs(tmp_path, chin_laplace, chin_data, epoch):
 # --- calibration (small; the 50-dataset study is benchmarks/bayes_calibration.py) -----------------
 
 def test_laplace_calibration_on_prior_draws():
+    """Truth drawn from the priors, 40 simulated 6 x 6 tables: the 90% intervals of the law's
+    value cover it at close to the nominal rate. Laplace parameter intervals run a little narrow
+    (about 0.85 here; the NUTS study is analyses/bayes_calibration.py), but not collapsed."""
     from bayes_scaling.calibration import calibrate
 
-    res = calibrate("chinchilla", chin_grid(5, 5), n_datasets=16, method="laplace", seed=0)
-    assert res["coverage_params"] == pytest.approx(0.9, abs=0.1)
-    assert res["coverage_predictions"] == pytest.approx(0.9, abs=0.1)
+    res = calibrate("chinchilla", chin_grid(6, 6), n_datasets=40, method="laplace", seed=0)
+    assert res["n_failed"] == 0
+    assert 0.8 <= res["coverage_predictions"] <= 0.97
+    assert 0.75 <= res["coverage_params"] <= 0.97
+    # a broken pipeline (wrong noise scale, intervals of the wrong parameters) collapses coverage
+    narrow = calibrate("chinchilla", chin_grid(6, 6), n_datasets=8, method="laplace", seed=0,
+                       interval=0.2)
+    assert narrow["coverage_predictions"] < 0.5
 
 
 def test_log_jacobian_of_every_transform_kind():

@@ -422,9 +422,11 @@ def test_plan_with_fitted_posteriors():
     ps = fit_posterior("dcpt", src, seed=0, method="laplace")
     d = P.as_draws(pt)
     assert d.n_draws > 100 and d.sigma is not None
-    pl = P.adaptation(pt, ps, N=N, ptpp=PTPP, max_forgetting="+2%", target_loss=2.05, source_base=L0,
-                      prob=0.9)
+    # replay kept inside the fitted range: below it the plan rests on C / (r + eps)^gamma, which
+    # three replay values cannot pin down
+    kw = dict(max_forgetting="+10%", target_loss=2.2, replay_bounds=(0.1, 0.5))
+    pl = P.adaptation(pt, ps, N=N, ptpp=PTPP, source_base=L0, prob=0.9, **kw)
     assert pl.chance.flops >= pl.deterministic.flops
     assert pl.chance.p_target >= 0.9 and pl.chance.p_forgetting >= 0.9
-    ref = plan(point(TGT | {"C": 1e-3}), point(SRC_I), target_loss=2.05).deterministic
+    ref = plan(point(TGT | {"C": 1e-3}), point(SRC_I), **kw).deterministic
     assert pl.deterministic.atpp == pytest.approx(ref.atpp, rel=0.2)  # the fit recovers the plan
