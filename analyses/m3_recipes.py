@@ -339,7 +339,9 @@ def fig_kstar(lang, cg, path):
     plt.close(fig)
 
 
-def fig_mstar(cgs, path):
+def _per_fc_figure(cgs, path, draw, suptitle):
+    """One panel per language, one viridis line per compute factor f_C; ``draw(ax, lang, s, f,
+    col)`` plots the optimum curve ``s`` (sorted by log2 D_T / D*(C)) of one f_C."""
     fig, axes = plt.subplots(1, len(cgs), figsize=(5.2 * len(cgs), 4.3), constrained_layout=True,
                              squeeze=False)
     cm = plt.get_cmap("viridis")
@@ -347,34 +349,32 @@ def fig_mstar(cgs, path):
         ax = axes[0, j]
         for f in FC_PAPER:
             s = cg[cg["fC"] == f].sort_values("log2x")
-            col = cm((f - FC_PAPER[0]) / (FC_PAPER[-1] - FC_PAPER[0]))
-            ax.plot(s["D_T"], s["M"], "-", color=col, label=f"$f_C$={f}")
-            ax.axhline(dstar(lang, C0 * 2.0 ** f)[0], color=col, ls="--", lw=1)
-        ax.set(xscale="log", yscale="log", xlabel="$D_T$ (tokens)", ylabel="$M^*$ (FLOPs/token)",
-               title=f"{NAMES[lang]}: $M^*$ (solid) vs Chinchilla $M^*(C)$ (dashed)")
+            draw(ax, lang, s, f, cm((f - FC_PAPER[0]) / (FC_PAPER[-1] - FC_PAPER[0])))
         ax.legend(fontsize=7)
-    fig.suptitle("M3 Figure 9 from Table 13: optimal model scale")
+    fig.suptitle(suptitle)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def fig_mstar(cgs, path):
+    def draw(ax, lang, s, f, col):
+        ax.plot(s["D_T"], s["M"], "-", color=col, label=f"$f_C$={f}")
+        ax.axhline(dstar(lang, C0 * 2.0 ** f)[0], color=col, ls="--", lw=1)
+        ax.set(xscale="log", yscale="log", xlabel="$D_T$ (tokens)", ylabel="$M^*$ (FLOPs/token)",
+               title=f"{NAMES[lang]}: $M^*$ (solid) vs Chinchilla $M^*(C)$ (dashed)")
+
+    _per_fc_figure(cgs, path, draw, "M3 Figure 9 from Table 13: optimal model scale")
 
 
 def fig_rstar(cgs, path):
-    fig, axes = plt.subplots(1, len(cgs), figsize=(5.2 * len(cgs), 4.3), constrained_layout=True,
-                             squeeze=False)
-    cm = plt.get_cmap("viridis")
-    for j, (lang, cg) in enumerate(cgs.items()):
-        ax = axes[0, j]
-        for f in FC_PAPER:
-            s = cg[cg["fC"] == f].sort_values("log2x")
-            col = cm((f - FC_PAPER[0]) / (FC_PAPER[-1] - FC_PAPER[0]))
-            ax.plot(s["log2x"], s["r"], "-", color=col, label=f"$f_C$={f}")
-        ax.axvline(0, color="r", ls="--", lw=1, label="$D_T = D^*(C)$")
+    def draw(ax, lang, s, f, col):
+        ax.plot(s["log2x"], s["r"], "-", color=col, label=f"$f_C$={f}")
+        if f == FC_PAPER[-1]:
+            ax.axvline(0, color="r", ls="--", lw=1, label="$D_T = D^*(C)$")
         ax.set(yscale="log", xlabel=r"$\log_2(D_T/D^*(C))$", ylabel="$r^*$",
                title=f"{NAMES[lang]}: optimal language ratio")
-        ax.legend(fontsize=7)
-    fig.suptitle("M3 Figure 10 from Table 13: optimal target-language ratio")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+
+    _per_fc_figure(cgs, path, draw, "M3 Figure 10 from Table 13: optimal target-language ratio")
 
 
 # --- report --------------------------------------------------------------------------------------
