@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{j['id']:40s} N_nonemb={j['N_nonemb']:>7d} "
                       f"tokens={sweep.job_tokens(j):>11,d}")
             print(f"{len(jobs)} jobs, {sum(map(sweep.job_tokens, jobs)):,d} training tokens")
+            if jobs and jobs[0]["kind"] == "m3":
+                from . import m3
+                print(m3.summary(jobs))
     except (sweep.ConfigError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

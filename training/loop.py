@@ -11,6 +11,10 @@ trunk and takes a cooldown branch at each requested step count: the trunk is tra
 ``(1 - cooldown_fraction) * total``, the state is copied, the copy is annealed linearly to zero
 over the remaining steps (so the annealed point has seen exactly ``total`` steps), evaluated and
 discarded, and the trunk goes on from where it was.
+
+Multi-epoch, multi-stage recipes (the M3 runs) use ``EpochBatches`` (exact target/helper counts
+per stage, the target corpus reshuffled each epoch, the helper never repeated) and ``Staged`` (one
+WSD segment per stage, the learning rate re-warmed at each stage boundary).
 """
 from __future__ import annotations
 
@@ -54,6 +58,39 @@ class WSD:
     def cooldown(self, start: int, steps: int) -> WSD:
         """The same schedule with a decay branch starting at ``start`` lasting ``steps``."""
         return replace(self, decay_start=start, decay_steps=steps)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A learning-rate schedule of WSD segments, one per training stage.
+
+    ``segments`` is ``((first_step, WSD), ...)`` sorted by ``first_step``, the first at 0; each
+    segment's WSD is evaluated at ``step - first_step``, so every stage re-warms from 0 to its peak
+    (M3 paper: the second stage is re-warmed to the first stage's maximum). A non-final segment
+    carries its own decay (its stage's annealed end); ``cooldown`` adds the decay of the final
+    segment, so a ``Staged`` can drive ``run_branches`` like a plain ``WSD``.
+    """
+
+    segments: tuple
+
+    def __post_init__(self):
+        firsts = [f for f, _ in self.segments]
+        if not firsts or firsts[0] != 0 or firsts != sorted(set(firsts)):
+            raise ValueError(f"Staged segments must start at 0 and increase, got {firsts}")
+
+    def _segment(self, step: int) -> tuple[int, WSD]:
+        return [seg for seg in self.segments if seg[0] <= step][-1]
+
+    def __call__(self, step: int) -> float:
+        first, wsd = self._segment(step)
+        return wsd(step - first)
+
+    def cooldown(self, start: int, steps: int) -> Staged:
+        """The same schedule with the final segment decaying from ``start`` over ``steps``."""
+        first, wsd = self.segments[-1]
+        if start < first:
+            raise ValueError(f"cooldown start {start} is before the final stage ({first})")
+        return Staged(self.segments[:-1] + ((first, wsd.cooldown(start - first, steps)),))
 
 
 @dataclass(frozen=True)
@@ -114,6 +151,124 @@ class Batches:
             start = int(rng.integers(0, len(data) - self.context - 1))
             rows.append(data[start:start + self.context + 1])
         xy = torch.stack(rows)
+        return xy[:, :-1], xy[:, 1:]
+
+
+class EpochBatches:
+    """Exact two-corpus batches for multi-epoch, multi-stage recipes; a pure function of the step.
+
+    ``stages`` is ``[(first_step, n_target, n_seqs), ...]`` (first at step 0): from ``first_step``
+    on, ``n_target`` of every ``n_seqs`` consecutive sequences are target sequences, spread evenly
+    (sequence ``l`` of the stage is a target one iff ``floor((l+1) p/q) > floor(l p/q)``, with
+    ``p/q = n_target/n_seqs``), so a stage of exactly ``n_seqs`` sequences holds exactly
+    ``n_target`` target sequences; the final stage's ratio holds for every later step.
+
+    Sequence ``g = step * batch_size + j`` is the ``t``-th target sequence or the ``h``-th helper
+    sequence of the stream (counting from 0). The target corpus is cut into ``n_w`` windows of
+    ``context + 1`` tokens at stride ``context`` (``len(target) = n_w context + 1``); target
+    sequence ``t`` is window ``perm_e[t mod n_w]`` of epoch ``e = t // n_w``, where ``perm_e`` is a
+    permutation drawn from ``(seed, salt, e)``: every epoch covers the corpus exactly once, in a
+    new order. Helper sequence ``h`` is window ``perm[h]`` of one permutation of the helper's
+    windows: the helper is never repeated, and a step that would need more helper windows than
+    there are raises ``ValueError`` (checked for ``total_steps`` at construction).
+    """
+
+    def __init__(self, target: np.ndarray, helper: np.ndarray | None, stages, batch_size: int,
+                 context: int, seed: int, salt: int = 0, total_steps: int | None = None,
+                 names: tuple[str, str] = ("target", "helper")):
+        self.context, self.batch_size, self.seed, self.salt = context, batch_size, seed, salt
+        self.names = names
+        if (len(target) - 1) % context or len(target) < context + 1:
+            raise ValueError(f"target corpus {names[0]!r} has {len(target)} tokens; need "
+                             f"n * context + 1 = n * {context} + 1")
+        self.target = np.asarray(target)
+        self.n_w = (len(target) - 1) // context
+        self.helper = None if helper is None else np.asarray(helper)
+        self.n_h = 0 if helper is None else (len(helper) - 1) // context
+        self.stages = [tuple(int(v) for v in st) for st in stages]
+        firsts = [f for f, _, _ in self.stages]
+        if not firsts or firsts[0] != 0 or firsts != sorted(set(firsts)):
+            raise ValueError(f"stages must start at step 0 and increase, got {firsts}")
+        if any(not 0 <= p <= q or q < 1 for _, p, q in self.stages):
+            raise ValueError(f"each stage needs 0 <= n_target <= n_seqs, n_seqs > 0: {stages}")
+        # target sequences before each stage
+        self._before = [0]
+        for (f0, p, q), (f1, _, _) in zip(self.stages, self.stages[1:]):
+            self._before.append(self._before[-1] + ((f1 - f0) * batch_size * p) // q)
+        if helper is None and any(p < q for _, p, q in self.stages):
+            raise ValueError("a stage mixes in helper sequences but no helper corpus was given")
+        self._perms: dict[int, np.ndarray] = {}
+        self._helper_perm = None
+        if total_steps is not None:
+            _, h = self.counts(total_steps)
+            if h > self.n_h:
+                raise ValueError(
+                    f"helper corpus {names[1]!r} has {self.n_h} windows of {context} tokens, but "
+                    f"{total_steps} steps need {h}: the helper would be repeated. Use a larger "
+                    f"helper corpus or a smaller run (D).")
+
+    def counts(self, steps: int) -> tuple[int, int]:
+        """(target, helper) sequences in the first ``steps`` steps."""
+        g = steps * self.batch_size
+        t = int(self._targets_before(np.array([g]))[0])
+        return t, g - t
+
+    def _targets_before(self, g: np.ndarray) -> np.ndarray:
+        """Number of target sequences among sequences ``0 .. g - 1`` (vectorised over ``g``)."""
+        firsts = np.array([f * self.batch_size for f, _, _ in self.stages])
+        i = np.searchsorted(firsts, g, side="right") - 1
+        i = np.maximum(i, 0)
+        p = np.array([st[1] for st in self.stages])[i]
+        q = np.array([st[2] for st in self.stages])[i]
+        return np.array(self._before)[i] + ((g - firsts[i]) * p) // q
+
+    def sources(self, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For the batch at ``step``: (is_target, window index, epoch; -1 for helper rows)."""
+        g = step * self.batch_size + np.arange(self.batch_size)
+        before, upto = self._targets_before(g), self._targets_before(g + 1)
+        is_t = upto > before
+        win = np.empty(self.batch_size, dtype=np.int64)
+        epoch = np.full(self.batch_size, -1, dtype=np.int64)
+        for j in np.flatnonzero(is_t):
+            e, pos = divmod(int(before[j]), self.n_w)
+            win[j], epoch[j] = self._perm(e)[pos], e
+        h = g[~is_t] - before[~is_t]
+        if len(h):
+            if h.max() >= self.n_h:
+                raise ValueError(f"helper corpus {self.names[1]!r} exhausted at step {step} "
+                                 f"({self.n_h} windows): it would be repeated")
+            if self._helper_perm is None:
+                self._helper_perm = np.random.default_rng(
+                    [self.seed, self.salt, 1 << 30]).permutation(self.n_h)
+            win[~is_t] = self._helper_perm[h]
+        return is_t, win, epoch
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        if epoch not in self._perms:
+            if len(self._perms) > 4:
+                self._perms.pop(min(self._perms))
+            self._perms[epoch] = np.random.default_rng(
+                [self.seed, self.salt, epoch]).permutation(self.n_w)
+        return self._perms[epoch]
+
+    def ratio(self, step: int) -> float:
+        """The target ratio of the stage that ``step`` is in."""
+        _, p, q = [st for st in self.stages if st[0] <= step][-1]
+        return p / q
+
+    def __call__(self, step: int, weights: dict[str, float] | None = None):
+        if weights is not None:  # the Mixture driving ``train`` must agree with the stage table
+            got = weights.get(self.names[0], 0.0)
+            if abs(got - self.ratio(step)) > 1e-9:
+                raise ValueError(f"step {step}: mixture gives target weight {got}, the stage "
+                                 f"table {self.ratio(step)}")
+        is_t, win, _ = self.sources(step)
+        offsets = win[:, None] * self.context + np.arange(self.context + 1)
+        xy = np.empty(offsets.shape, dtype=np.int64)
+        xy[is_t] = self.target[offsets[is_t]]
+        if not is_t.all():
+            xy[~is_t] = self.helper[offsets[~is_t]]
+        xy = torch.from_numpy(xy)
         return xy[:, :-1], xy[:, 1:]
 
 
@@ -187,15 +342,18 @@ def run_branches(model, opt, batches: Batches, mixture: Mixture, lr: WSD, step: 
                  on_branch: Callable[[int, torch.nn.Module], None],
                  save_trunk: Callable[[int], None], skip: set[int] = frozenset(),
                  checkpoint_every: int = 0, grad_clip: float = 1.0,
-                 on_step: Callable[[int], None] | None = None) -> int:
+                 on_step: Callable[[int], None] | None = None,
+                 branch_at: Callable[[int], int] | None = None) -> int:
     """Train the constant-LR trunk from ``step`` and anneal a branch ending at each of ``branches``.
 
     ``on_branch(total, model)`` is called with the annealed model; branches in ``skip`` (already
     recorded) are not re-run. ``save_trunk(step)`` checkpoints the trunk after each branch point
-    and every ``checkpoint_every`` trunk steps. Returns the trunk's final step.
+    and every ``checkpoint_every`` trunk steps. ``branch_at(total)``, if given, replaces
+    ``branch_start(total, cooldown_fraction)`` (e.g. a cooldown sized on the final stage of a
+    multi-stage run). Returns the trunk's final step.
     """
     for total in sorted(branches):
-        start = branch_start(total, cooldown_fraction)
+        start = branch_at(total) if branch_at else branch_start(total, cooldown_fraction)
         if total in skip:
             continue
         if start < step:

@@ -51,8 +51,12 @@ def param_counts(model: GPT2LMHeadModel) -> tuple[int, int]:
     return total, total - emb
 
 
-def flops_per_token(size: Size, n_nonemb: int, context: int = CONTEXT) -> float:
+def flops_per_token(size: Size, n_nonemb: int, context: int = CONTEXT, head: bool = True) -> float:
     """Training FLOPs per token: ``6 N_nonemb`` plus attention ``6 n_layer context d_model``
     (Kaplan et al. 2020, forward ``2 n_layer context d`` times three for forward+backward),
-    plus the output projection ``6 d_model VOCAB``."""
-    return 6.0 * n_nonemb + 6.0 * size.n_layer * context * size.d_model + 6.0 * size.d_model * VOCAB
+    plus the output projection ``6 d_model VOCAB`` unless ``head=False``.
+
+    ``head=False`` is the M3 paper's model scale ``M`` (non-embedding FLOPs per token; the paper's
+    ``72 n d^2 + 12 n d S`` for LLaMA blocks likewise leaves out the vocabulary projection)."""
+    flops = 6.0 * n_nonemb + 6.0 * size.n_layer * context * size.d_model
+    return flops + 6.0 * size.d_model * VOCAB if head else flops

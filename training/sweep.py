@@ -7,6 +7,9 @@ Jobs (each a pure function of its spec, which holds the config and the seed):
   both validation sets (the ``D = 0`` rows).
 * ``cpt``: continual pre-training from one stage checkpoint with mixture ``(1 - r)`` target +
   ``r`` source (re-warmed LR, fresh optimizer state); an annealed branch is evaluated at each ATPP.
+* ``m3``: pre-training from scratch of a target language with a helper language (multi-epoch,
+  multi-lingual, multi-stage); planned and run by ``training.m3`` from a config with an ``[m3]``
+  table, through the same store and runner.
 
 Every evaluation is appended to a SQLite store in one transaction (``INSERT OR IGNORE`` on a
 unique key), so a killed sweep, restarted with the same command, skips recorded evaluations and
@@ -49,7 +52,10 @@ CPT_KEYS = {"target", "replay", "atpp", "lr", "warmup_atpp"}
 
 
 def load_config(path: str | Path, out_dir: str | None = None) -> dict:
-    """Read and validate a sweep TOML file; ``out_dir`` overrides the file's ``out_dir``."""
+    """Read and validate a sweep TOML file; ``out_dir`` overrides the file's ``out_dir``.
+
+    A file with an ``[m3]`` table is an M3 sweep (validated by ``training.m3.load_config``).
+    """
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"config file {path} does not exist")
@@ -58,6 +64,9 @@ def load_config(path: str | Path, out_dir: str | None = None) -> dict:
             raw = tomllib.load(f)
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path}: not valid TOML: {e}") from e
+    if "m3" in raw:
+        from . import m3
+        return m3.load_config(path, raw, out_dir)
     unknown = set(raw) - set(DEFAULTS)
     if unknown:
         raise ConfigError(f"{path}: unknown keys {sorted(unknown)}; allowed {sorted(DEFAULTS)}")
@@ -80,6 +89,12 @@ def load_config(path: str | Path, out_dir: str | None = None) -> dict:
         raise ConfigError(f"cpt.atpp must be positive and increasing, got {c['atpp']}")
     if c["target"] in p["mixture"]:
         raise ConfigError(f"cpt.target {c['target']!r} must not be in the pre-training mixture")
+    check_common(cfg, path)
+    return cfg
+
+
+def check_common(cfg: dict, path: str | Path) -> None:
+    """Checks shared by every sweep kind: cooldown, batch, evaluation, attention, sizes."""
     if not 0 < cfg["cooldown_fraction"] < 1:
         raise ConfigError(f"cooldown_fraction must be in (0, 1), got {cfg['cooldown_fraction']}")
     for k in ("batch_size", "eval_sequences"):
@@ -88,12 +103,11 @@ def load_config(path: str | Path, out_dir: str | None = None) -> dict:
     if cfg["attn"] not in ("sdpa", "eager"):
         raise ConfigError(f"attn must be 'sdpa' or 'eager', got {cfg['attn']!r}")
     from .model import Size
-    for name, s in cfg["sizes"].items():
+    for name, s in (cfg.get("sizes") or {}).items():
         try:
             Size(**s)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"sizes.{name}: {e} (need n_layer, d_model, n_head)") from e
-    return cfg
 
 
 def spec_hash(spec: dict) -> str:
@@ -108,7 +122,11 @@ def plan(cfg: dict) -> list[dict]:
 
     PTPP stages below the last for every size first (pre-training, then CPT), then the last stage
     size by size from the smallest (its pre-training jobs first, as they are the long ones).
+    An M3 config is planned by ``training.m3.plan`` (cheapest jobs first).
     """
+    if cfg.get("m3") is not None:
+        from . import m3
+        return m3.plan(cfg)
     from .model import Size, build, param_counts
 
     sizes = []
@@ -164,6 +182,9 @@ def plan(cfg: dict) -> list[dict]:
 
 def job_tokens(spec: dict) -> int:
     """Training tokens a job processes (trunk plus cooldown branches), for progress and ETA."""
+    if spec["kind"] == "m3":
+        from . import m3
+        return m3.job_tokens(spec)
     tok = spec["batch_size"] * 128
     f = spec["cooldown_fraction"]
     from .loop import branch_start
@@ -210,6 +231,15 @@ class Store:
     def _con(self):
         return sqlite3.connect(self.path, timeout=120)
 
+    def set_meta(self, key: str, value: str) -> None:
+        with self._con() as con:
+            con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def meta(self, key: str) -> str | None:
+        with self._con() as con:
+            got = con.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return got[0] if got else None
+
     def add_rows(self, job: str, rows: dict[str, dict]) -> None:
         """Append rows atomically (one transaction); keys already present are ignored."""
         now = time.time()
@@ -243,6 +273,9 @@ class Store:
         with self._con() as con:
             data = [json.loads(d) for (d,) in con.execute("SELECT data FROM rows ORDER BY key")]
         df = pd.DataFrame(data)
+        if self.meta("table") == "m3" or "approach" in df.columns:
+            from . import m3
+            return m3.frame(df)
         if df.empty:
             return pd.DataFrame(columns=CANONICAL)
         df["is_base"] = df["D"] == 0  # pre-adaptation rows: replay is NaN (no adaptation yet)
@@ -282,32 +315,22 @@ def _save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def run_job(spec: dict, store_path: str, ckpt_dir: str, watch_parent: bool = False) -> str:
-    """Run one job to completion (resuming from its checkpoint) and record its rows.
+def job_setup(spec: dict, store_path: str, ckpt_dir: str, watch_parent: bool):
+    """What every job starts from: ``(store, ckpt dir, fresh model, optimizer, on_step)``.
 
-    With ``watch_parent`` (worker processes) the job exits if the sweep process that started it
-    dies, so a killed sweep leaves no job running unsupervised.
+    ``on_step`` records progress every 5 s and, with ``watch_parent`` (worker processes), exits
+    if the sweep process that started the job died, so a killed sweep leaves no job running.
     """
-    import torch
-
-    from .loop import WSD, Batches, Mixture, eval_windows, evaluate, make_optimizer, run_branches
+    from .loop import make_optimizer
     from .model import CONTEXT, Size, build
 
-    t0 = time.time()
     parent = os.getppid()
     store, ckpt = Store(store_path), Path(ckpt_dir)
     ckpt.mkdir(parents=True, exist_ok=True)
-    data = _corpora(spec["corpus"])
-    train_c = {k: v["train"] for k, v in data.items() if "train" in v}
-    val_c = {k: v["val"] for k, v in data.items() if "val" in v}
-    windows = {"source": eval_windows(val_c, spec["source"], spec["eval_sequences"], CONTEXT),
-               "target": eval_windows(val_c, {spec["target"]: 1.0}, spec["eval_sequences"],
-                                      CONTEXT)}
     tok = spec["batch_size"] * CONTEXT
     size = Size(spec["n_layer"], spec["d_model"], spec["n_head"])
     model = build(size, spec["seed"], spec["attn"])
     opt = make_optimizer(model, spec["weight_decay"])
-    stream = zlib.crc32(spec["id"].encode())
     counter = {"steps": 0, "t": time.time()}
 
     def on_step(step):
@@ -317,6 +340,52 @@ def run_job(spec: dict, store_path: str, ckpt_dir: str, watch_parent: bool = Fal
         if time.time() - counter["t"] > 5:
             counter["t"] = time.time()
             store.set_progress(spec["id"], counter["steps"] * tok)
+
+    return store, ckpt, model, opt, on_step
+
+
+def resume(trunk_path: Path, model, opt) -> int:
+    """Load a trunk checkpoint into ``model``/``opt`` if there is one; returns its step (or 0)."""
+    import torch
+    if not trunk_path.exists():
+        return 0
+    state = torch.load(trunk_path, weights_only=False)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    return state["step"]
+
+
+def trunk_saver(trunk_path: Path, model, opt):
+    """``save_trunk(step)`` for ``run_branches``: atomic checkpoint of model, optimizer, step."""
+    def save_trunk(s):
+        _save({"model": model.state_dict(), "opt": opt.state_dict(), "step": s}, trunk_path)
+    return save_trunk
+
+
+def run_job(spec: dict, store_path: str, ckpt_dir: str, watch_parent: bool = False) -> str:
+    """Run one job to completion (resuming from its checkpoint) and record its rows.
+
+    With ``watch_parent`` (worker processes) the job exits if the sweep process that started it
+    dies, so a killed sweep leaves no job running unsupervised.
+    """
+    if spec["kind"] == "m3":
+        from . import m3
+        return m3.run_job(spec, store_path, ckpt_dir, watch_parent)
+    import torch
+
+    from .loop import WSD, Batches, Mixture, eval_windows, evaluate, run_branches
+    from .model import CONTEXT
+
+    t0 = time.time()
+    store, ckpt, model, opt, on_step = job_setup(spec, store_path, ckpt_dir, watch_parent)
+    data = _corpora(spec["corpus"])
+    train_c = {k: v["train"] for k, v in data.items() if "train" in v}
+    val_c = {k: v["val"] for k, v in data.items() if "val" in v}
+    windows = {"source": eval_windows(val_c, spec["source"], spec["eval_sequences"], CONTEXT),
+               "target": eval_windows(val_c, {spec["target"]: 1.0}, spec["eval_sequences"],
+                                      CONTEXT)}
+    tok = spec["batch_size"] * CONTEXT
+    stream = zlib.crc32(spec["id"].encode())
 
     def row(domain, loss, D, extra):
         return {"loss": loss, "N": spec["N"], "N_nonemb": spec["N_nonemb"], "D": D,
@@ -331,17 +400,10 @@ def run_job(spec: dict, store_path: str, ckpt_dir: str, watch_parent: bool = Fal
         batches = Batches(train_c, spec["batch_size"], CONTEXT, spec["seed"],
                           zlib.crc32(spec["trunk"].encode()))
         trunk_path = ckpt / f"{spec['trunk']}.pt"
-        step = 0
-        if trunk_path.exists():
-            state = torch.load(trunk_path, weights_only=False)
-            model.load_state_dict(state["model"])
-            opt.load_state_dict(state["opt"])
-            step = state["step"]
-        elif spec["prev"]:
+        if not trunk_path.exists() and spec["prev"]:
             raise RuntimeError(f"{spec['id']}: trunk checkpoint {trunk_path} is missing")
-
-        def save_trunk(s):
-            _save({"model": model.state_dict(), "opt": opt.state_dict(), "step": s}, trunk_path)
+        step = resume(trunk_path, model, opt)
+        save_trunk = trunk_saver(trunk_path, model, opt)
 
         def on_branch(total, annealed):
             _save(annealed.state_dict(), ckpt / spec["stage_ckpt"])
@@ -367,15 +429,8 @@ def run_job(spec: dict, store_path: str, ckpt_dir: str, watch_parent: bool = Fal
         trunk_path = ckpt / f"{spec['id']}.trunk.pt"
         stage = torch.load(ckpt / spec["stage_ckpt"], weights_only=False)
         model.load_state_dict(stage)
-        step = 0
-        if trunk_path.exists():
-            state = torch.load(trunk_path, weights_only=False)
-            model.load_state_dict(state["model"])
-            opt.load_state_dict(state["opt"])
-            step = state["step"]
-
-        def save_trunk(s):
-            _save({"model": model.state_dict(), "opt": opt.state_dict(), "step": s}, trunk_path)
+        step = resume(trunk_path, model, opt)
+        save_trunk = trunk_saver(trunk_path, model, opt)
 
         nominal = dict(zip(spec["branches"], spec["atpp"]))
 
@@ -456,8 +511,12 @@ def run_sweep(config: str | Path, workers: int = 1, out_dir: str | None = None,
     store_path = out / "results.sqlite"
     store = Store(store_path)
     (out / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True) + "\n")
-    corpora.load(cfg["corpus"])  # fetch / verify once, before any worker starts
+    data = corpora.load(cfg["corpus"])  # fetch / verify once, before any worker starts
     jobs = plan(cfg)
+    if cfg.get("m3") is not None:
+        from . import m3
+        m3.check_corpora(jobs, data)  # target cuts fit, the helper is never repeated
+        store.set_meta("table", "m3")
     store.claim(jobs)
     finished = set(store.finished())
     todo = [j for j in jobs if j["id"] not in finished]
