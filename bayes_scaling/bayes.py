@@ -892,7 +892,7 @@ class Mode:
     s: np.ndarray
     log_density: float
     cov: np.ndarray
-    chol: np.ndarray
+    chol: np.ndarray  # a square root of cov (chol @ chol.T == cov), not necessarily triangular
     log_mass: float  # log density + 0.5 log det(2 pi cov): Laplace estimate of the mode's mass
     hessian_ok: bool
 
@@ -913,7 +913,9 @@ def _laplace(spec, data, s) -> Mode:
         w = np.maximum(w, 1.0)
     cov = (V / w) @ V.T
     cov = 0.5 * (cov + cov.T)
-    chol = np.linalg.cholesky(cov)
+    # a square root of cov from the eigendecomposition (symmetric, so any conditioning of the
+    # curvature is fine; a Cholesky factor of cov fails once the eigenvalues span ~1e16)
+    chol = (V / np.sqrt(w)) @ V.T
     log_mass = lj + 0.5 * (len(s) * math.log(2 * math.pi) - np.sum(np.log(w)))
     return Mode(np.asarray(s), lj, cov, chol, log_mass, ok)
 

@@ -29,6 +29,7 @@ Every protocol returns an :class:`Evaluation`: ``.table`` (one row per law, one 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -359,14 +360,15 @@ def _stage_mask(ptpp: np.ndarray, values) -> np.ndarray:
     return np.any(np.isclose(ptpp[:, None], values[None, :], rtol=1e-9, atol=0), axis=1)
 
 
-def posterior_loglik(post, df, mean_draws=None) -> np.ndarray:
+def posterior_loglik(post, df, mean_draws=None, keep=None) -> np.ndarray:
     """``(S, n)`` log-likelihood of each row's observed ``log loss`` under each posterior draw.
 
     Uses the posterior's own likelihood (``post.settings["likelihood"]``: Huber with threshold
     ``c``, Student-t with ``student_df`` degrees of freedom, or Normal) with each draw's scale
     ``sigma`` (or the fixed ``settings["scale"]``), centred on ``log f(theta_s, x)`` from
     ``post.predict_draws(df, kind="mean")``: the density the fit itself used, evaluated at rows it
-    did not see. Feed it to :func:`log_predictive_density`.
+    did not see. Feed it to :func:`log_predictive_density`. ``keep``: boolean mask over the
+    posterior's draws that ``mean_draws`` was already reduced to.
     """
     from scipy import stats
 
@@ -378,6 +380,8 @@ def posterior_loglik(post, df, mean_draws=None) -> np.ndarray:
     draws = post.draws()
     sigma = np.asarray(draws["sigma"], float) if "sigma" in draws else \
         np.full(mean.shape[0], float(st["scale"]))
+    if keep is not None and "sigma" in draws:
+        sigma = sigma[np.asarray(keep, bool)]
     if sigma.shape[0] != mean.shape[0]:
         raise BayesScalingError(f"{sigma.shape[0]} scale draws for {mean.shape[0]} mean draws")
     r = np.log(df["loss"].to_numpy(dtype=float))[None, :] - np.log(mean)
@@ -393,7 +397,8 @@ def posterior_loglik(post, df, mean_draws=None) -> np.ndarray:
 
 
 def _posterior_predictions(post, df, interval):
-    """(point, lower, upper, predictive draws, loglik or None) of a posterior on ``df``.
+    """(point, lower, upper, predictive draws, loglik or None, number of draws dropped) of a
+    posterior on ``df``; draws with a non-finite prediction on any row are dropped whole.
 
     The log-likelihood draws come from :func:`posterior_loglik` when the posterior exposes its
     draws and likelihood settings; otherwise ``None`` (the caller falls back to a kernel
@@ -401,13 +406,25 @@ def _posterior_predictions(post, df, interval):
     """
     pred_draws = np.asarray(post.predict_draws(df, kind="predictive"), dtype=float)
     mean_draws = np.asarray(post.predict_draws(df, kind="mean"), dtype=float)
+    ok = np.all(np.isfinite(pred_draws), 1) & np.all(np.isfinite(mean_draws), 1)
+    n_bad = int((~ok).sum())
+    if n_bad == len(ok):
+        raise FitError(f"every posterior draw of {post.law.name} gives a non-finite prediction "
+                       "on these rows")
+    if n_bad:
+        # a draw whose law overflows somewhere on these rows is removed as a whole (never per
+        # row, which would bias the rows it fails on); the count goes into the results table
+        warnings.warn(f"{n_bad} of {len(ok)} posterior draws of {post.law.name} give non-finite "
+                      "predictions on these rows; they are left out of the intervals and scores "
+                      "(column nonfinite_draws)", RuntimeWarning, stacklevel=3)
+        pred_draws, mean_draws = pred_draws[ok], mean_draws[ok]
     point = np.median(mean_draws, axis=0)
     lo, hi = central_interval(pred_draws, interval)
     loglik = None
     if hasattr(post, "draws") and isinstance(getattr(post, "settings", None), Mapping) \
             and "likelihood" in post.settings:
-        loglik = posterior_loglik(post, df, mean_draws)
-    return point, lo, hi, pred_draws, loglik
+        loglik = posterior_loglik(post, df, mean_draws, keep=ok)
+    return point, lo, hi, pred_draws, loglik, n_bad
 
 
 # ==================================================================================================
@@ -618,10 +635,11 @@ def ptpp_holdout(
                 continue
             post = _bayes.fit_posterior(law, rows_fit, **pkw)
             fits[(label, "posterior")] = post
-            point, lo, hi, draws, loglik = _posterior_predictions(post, test, interval)
+            point, lo, hi, draws, loglik, n_bad = _posterior_predictions(post, test, interval)
             sc = ~anchor
             prob = probabilistic_scores(draws[:, sc], scored["loss"].to_numpy(float),
                                         loglik=None if loglik is None else loglik[:, sc])
+            prob["nonfinite_draws"] = n_bad
             record(label, law, "posterior", role, len(rows_fit), point, lo, hi, extra=prob)
 
     table = pd.DataFrame(table)

@@ -1,8 +1,9 @@
 """Training speed of the sweep's GPT-2 sizes: tokens/s and achieved FLOP/s vs the fp32 matmul peak.
 
 For each size of a sweep config and each variant (HF GPT-2 with eager attention, with SDPA
-attention, and SDPA under ``torch.compile``), time ``--steps`` optimizer steps at the config's
-batch size after warm-up steps. Achieved FLOP/s counts ``6 N_nonemb + 6 n_layer ctx d + 6 d V``
+attention, SDPA under ``torch.compile``; a ``_fused`` suffix, e.g. ``compile_fused``, swaps in
+AdamW's fused kernel), time ``--steps`` optimizer steps at the config's batch size after warm-up
+steps. Achieved FLOP/s counts ``6 N_nonemb + 6 n_layer ctx d + 6 d V``
 per token (training.model.flops_per_token); the peak is the best fp32 ``torch.mm`` rate measured
 in the same run with the same thread count. A variant is numerically sound if its losses over
 the timed steps match the eager variant's to 1e-4 relative.
@@ -40,9 +41,12 @@ def time_variant(size: Size, variant: str, batch: int, steps: int, warmup: int =
     """(tokens/s, losses over the timed steps) for one size and variant."""
     model = build(size, seed=0, attn="eager" if variant == "eager" else "sdpa")
     opt = make_optimizer(model, 0.1)
+    if variant.endswith("_fused"):  # the same groups, one fused AdamW kernel for all tensors
+        opt = torch.optim.AdamW([{k: v for k, v in g.items() if k != "lr"} for g in opt.param_groups],
+                                lr=0.0, fused=True)
     for g in opt.param_groups:
         g["lr"] = 1e-3
-    fwd = torch.compile(model) if variant == "compile" else model
+    fwd = torch.compile(model) if variant.startswith("compile") else model
     gen = torch.Generator().manual_seed(0)
     data = torch.randint(0, VOCAB, (warmup + steps, batch, CONTEXT + 1), generator=gen)
     losses = []
