@@ -155,10 +155,19 @@ def _grid(sub: pd.DataFrame, n=60):
 
 
 def _bands(post, grid, level=0.9):
+    """(median of the mean curve, lower, upper of the predictive interval) over the posterior
+    draws that are finite on the whole grid (a draw that overflows is dropped whole, and said)."""
     if post is None:
-        return None, None
-    draws = np.asarray(post.predict_draws(grid, kind="predictive"))
-    return ev.central_interval(draws, level)
+        return None, None, None
+    pred = np.asarray(post.predict_draws(grid, kind="predictive"), float)
+    mean = np.asarray(post.predict_draws(grid, kind="mean"), float)
+    ok = np.all(np.isfinite(pred), 1) & np.all(np.isfinite(mean), 1)
+    if not ok.any():
+        return None, None, None
+    if not ok.all():
+        print(f"  figure: {int((~ok).sum())} of {len(ok)} draws non-finite on the grid, dropped")
+    lo, hi = ev.central_interval(pred[ok], level)
+    return np.median(mean[ok], 0), lo, hi
 
 
 def figure1(df_dom, fit, post, path, title):
@@ -178,11 +187,12 @@ def figure1(df_dom, fit, post, path, title):
         obs = test[test["N"] == n]
         grid = _grid(obs)
         pred = np.asarray(fit.predict(grid))
-        lo, hi = _bands(post, grid)
+        med, lo, hi = _bands(post, grid)
         for r, c in colours.items():
             m = np.isclose(grid["replay"], r)
-            ax.plot(grid["D"][m], pred[m], "--", color=c, lw=1.2)
+            ax.plot(grid["D"][m], pred[m], ":", color=c, lw=1.0)
             if lo is not None:
+                ax.plot(grid["D"][m], med[m], "-", color=c, lw=1.3)
                 ax.fill_between(grid["D"][m], lo[m], hi[m], color=c, alpha=0.18, lw=0)
             o = obs[np.isclose(obs["replay"], r)]
             ax.plot(o["D"], o["loss"], "o", color=c, ms=4, label=f"r = {r:g}")
@@ -515,15 +525,16 @@ def figures(df, results):
     post = res.fits.get(("Form 3 (G+F)", "posterior"))
     dom = df[(df["domain"] == "target") & (df["D"] > 0)]
     figure1(dom, fit, post, OUT / "figure1_test_stage.png",
-            f"Form 3 at unseen PTPP = {TEST_PTPP} (target; fit on PTPP 15, 31): dashed = "
-            "prediction" + (", band = 90% predictive" if post is not None else ""))
+            f"Form 3 at unseen PTPP = {TEST_PTPP} (target; fit on PTPP 15, 31): dotted = MAP"
+            + (", solid = posterior median, band = 90% predictive" if post is not None else ""))
     train = dom[np.isin(dom["ptpp"], TRAIN_PTPP)]
     figure3(train, fit, OUT / "figure3_in_sample.png",
             "Form 3 in-sample fit on the training stages (target)")
     md += ["![Figure 1](figure1_test_stage.png)", "",
-           "Figure 1: PTPP = 279 predictions of Form 3 (dashed) vs observations (markers), "
-           "one panel per size, one colour per replay ratio"
-           + ("; bands: 90% posterior predictive intervals." if post is not None else
+           "Figure 1: PTPP = 279 predictions of Form 3 vs observations (markers), one panel "
+           "per size, one colour per replay ratio; dotted: the MAP fit"
+           + ("; solid: posterior median; bands: 90% posterior predictive intervals."
+              if post is not None else
               "; no bands (no posterior)."), "",
            "![Figure 3](figure3_in_sample.png)", "",
            "Figure 3: in-sample fit of Form 3 on the training stages (rows: replay; columns: "
