@@ -1069,9 +1069,11 @@ def _whitened_model(spec: Spec):
 
 
 def _mcmc(spec, *, num_chains, num_warmup, num_samples, chain_method, dense_mass, target_accept,
-          max_tree_depth, progress_bar):
+          max_tree_depth, progress_bar, shapes=()):
     """A NumPyro MCMC object for ``spec``, cached so later fits of the same shape reuse its
-    compiled program (the data, centre and whitening matrix are jitted arguments)."""
+    compiled program (the data, centre and whitening matrix are jitted arguments). ``shapes``
+    (the data's array shapes) is part of the key: a cached MCMC object re-run on arrays of
+    another shape fails inside NumPyro's vectorised chains."""
     from numpyro.infer import MCMC, NUTS
 
     def build():
@@ -1082,12 +1084,13 @@ def _mcmc(spec, *, num_chains, num_warmup, num_samples, chain_method, dense_mass
                     chain_method=chain_method, progress_bar=progress_bar, jit_model_args=True)
 
     key = ("mcmc", num_chains, num_warmup, num_samples, chain_method, dense_mass, target_accept,
-           max_tree_depth, progress_bar)
+           max_tree_depth, progress_bar, shapes)
     return _cached(key, spec, build)
 
 
 def _run_nuts(spec, data, center, chol, init_z, *, seed, **kw):
-    mcmc = _mcmc(spec, **kw)
+    shapes = tuple(np.shape(a) for a in jax.tree_util.tree_leaves(data))
+    mcmc = _mcmc(spec, shapes=shapes, **kw)
     mcmc._warmup_state = None  # a cached object must warm up again on new data
     mcmc.run(jax.random.PRNGKey(seed), data, jnp.asarray(center), jnp.asarray(chol),
              init_params={"z": jnp.asarray(init_z)},
