@@ -3,24 +3,19 @@
 - :func:`load`: the bundled table (or a synthetic stand-in), with ``N`` set to the non-embedding
   parameter count, because the table's ``ptpp`` and ``atpp`` are tokens per non-embedding
   parameter (datasheet); so ATPP = D / N and FLOPs = 6 N D use the same N.
-- :func:`posterior`: ``bs.fit_posterior`` when the package has it; otherwise a Laplace
-  approximation around the Huber MAP fit (:func:`laplace_posterior`), stated in every output.
+- :func:`posterior`: ``bs.fit_posterior`` (NUTS, or its Laplace approximation), stated in every
+  output; :func:`cached_posterior` reuses a saved one fitted on the same rows.
 """
 from __future__ import annotations
 
 import json
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
 import bayes_scaling as bs
-from bayes_scaling.fit import Problem
-from bayes_scaling.plan import ParamDraws
 
 STAGES = (15.0, 31.0, 279.0)
-DELTA = 0.02  # PTPP paper Sec. 2
 
 
 def load(synthetic: bool = False, seed: int = 0) -> pd.DataFrame:
@@ -81,46 +76,15 @@ def coverage_report(df: pd.DataFrame) -> dict:
     }
 
 
-def laplace_posterior(law, df, *, n_draws=2000, seed=0, n_starts=32, prior_sd=1.0) -> ParamDraws:
-    """Gaussian (Laplace) approximation to the Huber-likelihood posterior.
-
-    The MAP (Huber, delta = 0.02) fit in the unconstrained space ``u`` of ``bs.fit_map``; the
-    likelihood ``exp(-J(u) / sigma^2)`` with ``sigma^2`` the mean squared log residual (n - p
-    degrees of freedom) and a weak Gaussian prior of sd ``prior_sd`` on each unconstrained
-    coordinate around the MAP (a factor e on scale parameters), which keeps directions the data
-    do not constrain finite; draws ``u ~ N(u_hat, (grad^2 J / sigma^2 + I / prior_sd^2)^-1)``
-    mapped back through the parameter transforms, so every draw respects the bounds.
-    """
-    fit = bs.fit_map(law, df, delta=DELTA, n_starts=n_starts, seed=seed)
-    prob, vdf = Problem.build(law, df)
-    theta = jnp.asarray([fit.params[p.name] for p in prob.free])
-    u_hat = prob.u(theta)
-    J = lambda u: prob.objective_theta(prob.theta(u), DELTA)  # noqa: E731
-    H = np.asarray(jax.hessian(J)(u_hat))
-    resid = np.log(fit.predict(vdf)) - np.log(vdf["loss"].to_numpy(float))
-    dof = max(len(resid) - len(prob.free), 1)
-    s2 = float(np.sum(resid ** 2) / dof)
-    w, V = np.linalg.eigh((H + H.T) / 2 / s2)
-    w = np.maximum(w, 0.0) + 1.0 / prior_sd ** 2
-    cov = (V / w) @ V.T
-    rng = np.random.default_rng(seed)
-    u = rng.multivariate_normal(np.asarray(u_hat), cov, size=n_draws, method="eigh")
-    th = np.asarray(prob.theta(jnp.asarray(u)))
-    params = {p.name: th[:, i] for i, p in enumerate(prob.free)}
-    d = ParamDraws(law, params, sigma=np.full(n_draws, np.sqrt(s2)))
-    d.map = fit  # the point fit beside the draws
-    return d
-
-
 def posterior(law, df, *, seed=0, kind="auto", posterior_kw=None):
-    """(posterior, label): NUTS via ``bs.fit_posterior`` when available, else Laplace."""
-    fp = getattr(bs, "fit_posterior", None)
-    if kind in ("auto", "nuts") and fp is not None:
-        kw = {"progress_bar": False, **(posterior_kw or {})}
-        return fp(law, df, seed=seed, **kw), f"bs.fit_posterior ({kw.get('method', 'nuts')})"
-    if kind == "nuts":
-        raise RuntimeError("bs.fit_posterior is not available in this version of the package")
-    return laplace_posterior(law, df, seed=seed), "Laplace approximation at the Huber MAP (fallback)"
+    """(posterior, label): ``bs.fit_posterior`` with NUTS (``kind`` "auto" or "nuts") or its
+    Laplace approximation (``kind="laplace"``)."""
+    kw = {"progress_bar": False, **(posterior_kw or {})}
+    if kind == "laplace":
+        kw["method"] = "laplace"
+    elif kind not in ("auto", "nuts"):
+        raise ValueError(f"kind must be 'auto', 'nuts' or 'laplace', got {kind!r}")
+    return bs.fit_posterior(law, df, seed=seed, **kw), f"bs.fit_posterior ({kw.get('method', 'nuts')})"
 
 
 def cached_posterior(law, df, path, *, seed=0, kind="auto", posterior_kw=None):
@@ -134,14 +98,12 @@ def cached_posterior(law, df, path, *, seed=0, kind="auto", posterior_kw=None):
     key = {"law": law.name, "rows": int(len(df)), "hash": data_hash(df, cols), "kind": kind,
            "kw": posterior_kw or {}, "seed": seed}
     meta = path.with_suffix(".json")
-    load = getattr(bs, "load_posterior", None)
-    if load is not None and path.exists() and meta.exists() and json.loads(meta.read_text()) == key:
-        post = load(path)
+    if path.exists() and meta.exists() and json.loads(meta.read_text()) == key:
+        post = bs.load_posterior(path)
         return post, f"bs.fit_posterior ({post.settings.get('method', 'nuts')}, cached)"
     post, how = posterior(law, df, seed=seed, kind=kind, posterior_kw=posterior_kw)
-    if hasattr(post, "save") and hasattr(post, "idata"):
-        post.save(path)
-        meta.write_text(json.dumps(key))
+    post.save(path)
+    meta.write_text(json.dumps(key))
     return post, how
 
 
