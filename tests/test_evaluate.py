@@ -434,3 +434,26 @@ def test_ptpp_paper_script_end_to_end_on_synthetic_table(tmp_path):
     # without the test stage the script says what is missing instead of failing
     text = pp.run(args, df[df.ptpp != 279])
     assert "no adaptation rows at PTPP = 279" in text
+
+
+def test_non_finite_draws_are_dropped_whole_counted_and_warned():
+    """A draw whose law overflows on some row is removed from every row (never per row), the
+    log-likelihood keeps its scale draws aligned, and the count is reported."""
+    class Three:
+        law = bs.laws.get("chinchilla")
+        settings = {"likelihood": "normal", "c": 1.345, "student_df": 4.0}
+
+        def draws(self):
+            return {"sigma": np.array([0.1, 0.2, 0.3])}
+
+        def predict_draws(self, df, kind="mean"):
+            return np.array([[2.0, 3.0], [np.inf, 3.1], [2.2, 3.0]])
+
+    df = pd.DataFrame({"loss": [2.1, 2.9]})
+    with pytest.warns(RuntimeWarning, match="1 of 3 posterior draws"):
+        point, lo, hi, draws, ll, n_bad = ev._posterior_predictions(Three(), df, 0.9)
+    assert n_bad == 1 and draws.shape == (2, 2)
+    np.testing.assert_allclose(point, [2.1, 3.0])
+    want = norm.logpdf(np.log([[2.1, 2.9]]), np.log([[2.0, 3.0], [2.2, 3.0]]),
+                       np.array([[0.1], [0.3]]))
+    np.testing.assert_allclose(ll, want, rtol=1e-10)
