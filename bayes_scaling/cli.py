@@ -125,9 +125,11 @@ def _load_fit(path: str):
 def cmd_plan(args) -> None:
     from . import plan as P
 
-    forgetting = args.max_forgetting
-    if not forgetting.strip().endswith("%"):
+    forgetting = args.max_forgetting  # "2%" relative; a plain number is absolute
+    try:
         forgetting = float(forgetting)
+    except ValueError:
+        pass  # adaptation parses (or clearly refuses) the percentage string
     base = args.source_base
     if base is not None:
         try:
