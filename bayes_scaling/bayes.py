@@ -913,9 +913,12 @@ def _laplace(spec, data, s) -> Mode:
         w = np.maximum(w, 1.0)
     cov = (V / w) @ V.T
     cov = 0.5 * (cov + cov.T)
-    # a square root of cov from the eigendecomposition (symmetric, so any conditioning of the
-    # curvature is fine; a Cholesky factor of cov fails once the eigenvalues span ~1e16)
-    chol = (V / np.sqrt(w)) @ V.T
+    try:
+        chol = np.linalg.cholesky(cov)
+    except np.linalg.LinAlgError:
+        # eigenvalues spanning ~1e16 defeat Cholesky; the symmetric square root from the
+        # eigendecomposition serves every use of chol (chol @ z, solves against it)
+        chol = (V / np.sqrt(w)) @ V.T
     log_mass = lj + 0.5 * (len(s) * math.log(2 * math.pi) - np.sum(np.log(w)))
     return Mode(np.asarray(s), lj, cov, chol, log_mass, ok)
 
