@@ -177,17 +177,9 @@ def realize(proportions, ratios, steps: int, batch_size: int, n_target: int) -> 
 
 def load_config(path: Path, raw: dict, out_dir: str | None = None) -> dict:
     """Validate an M3 sweep config (the ``[m3]`` table and the shared keys)."""
-    from .sweep import ConfigError, check_common
+    from .sweep import ConfigError, check_common, merge_defaults
 
-    unknown = set(raw) - set(DEFAULTS)
-    if unknown:
-        raise ConfigError(f"{path}: unknown keys {sorted(unknown)}; allowed {sorted(DEFAULTS)}")
-    cfg = {**DEFAULTS, **raw}
-    if out_dir is not None:
-        cfg["out_dir"] = out_dir
-    for key in ("name", "corpus", "out_dir"):
-        if cfg[key] is None:
-            raise ConfigError(f"{path}: missing required key {key!r}")
+    cfg = merge_defaults(path, raw, DEFAULTS, out_dir, ("name", "corpus", "out_dir"))
     check_common(cfg, path)
     m = cfg["m3"]
     if not isinstance(m, dict) or set(m) != M3_KEYS:

@@ -51,6 +51,21 @@ PRETRAIN_KEYS = {"mixture", "ptpp", "lr", "warmup_ptpp"}
 CPT_KEYS = {"target", "replay", "atpp", "lr", "warmup_atpp"}
 
 
+def merge_defaults(path, raw: dict, defaults: dict, out_dir, required) -> dict:
+    """``raw`` over ``defaults``: unknown keys and missing ``required`` ones raise ConfigError;
+    ``out_dir`` (when given) overrides the file's."""
+    unknown = set(raw) - set(defaults)
+    if unknown:
+        raise ConfigError(f"{path}: unknown keys {sorted(unknown)}; allowed {sorted(defaults)}")
+    cfg = {**defaults, **raw}
+    if out_dir is not None:
+        cfg["out_dir"] = out_dir
+    for key in required:
+        if cfg[key] is None:
+            raise ConfigError(f"{path}: missing required key {key!r}")
+    return cfg
+
+
 def load_config(path: str | Path, out_dir: str | None = None) -> dict:
     """Read and validate a sweep TOML file; ``out_dir`` overrides the file's ``out_dir``.
 
@@ -67,15 +82,8 @@ def load_config(path: str | Path, out_dir: str | None = None) -> dict:
     if "m3" in raw:
         from . import m3
         return m3.load_config(path, raw, out_dir)
-    unknown = set(raw) - set(DEFAULTS)
-    if unknown:
-        raise ConfigError(f"{path}: unknown keys {sorted(unknown)}; allowed {sorted(DEFAULTS)}")
-    cfg = {**DEFAULTS, **raw}
-    if out_dir is not None:
-        cfg["out_dir"] = out_dir
-    for key in ("name", "corpus", "out_dir", "sizes", "pretrain", "cpt"):
-        if cfg[key] is None:
-            raise ConfigError(f"{path}: missing required key {key!r}")
+    cfg = merge_defaults(path, raw, DEFAULTS, out_dir,
+                         ("name", "corpus", "out_dir", "sizes", "pretrain", "cpt"))
     for sec, keys in (("pretrain", PRETRAIN_KEYS), ("cpt", CPT_KEYS)):
         if not isinstance(cfg[sec], dict) or set(cfg[sec]) != keys:
             raise ConfigError(f"{path}: [{sec}] must have exactly the keys {sorted(keys)}, "
