@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bible_common as bc  # noqa: E402
 
 import bayes_scaling as bs  # noqa: E402
+import bayes_scaling.evaluate as ev  # noqa: E402
 from bayes_scaling.anchors import candidate_cost, select  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -75,11 +76,20 @@ def take_in_order(order, cost, budget):
 
 
 def score(post, queries, level=0.9):
-    med, lo, hi = bc.predictive(post, queries, level)
+    """MAE_rel of the posterior median, coverage and relative width of the predictive interval at
+    the queries; draws that overflow on a query are left out whole (counted in ``nonfinite_draws``),
+    and a posterior with no finite draw scores NaN with ``failed`` set rather than stopping the study."""
     y = queries["loss"].to_numpy(float)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            med, lo, hi, _, _, n_bad = ev.posterior_predictions(post, queries, level)
+    except bs.FitError as e:
+        return {"mae_rel": np.nan, "coverage90": np.nan, "width_rel": np.nan,
+                "nonfinite_draws": np.nan, "failed": str(e)}
     return {"mae_rel": float(np.mean(np.abs(med - y) / y)),
             "coverage90": float(np.mean((y >= lo) & (y <= hi))),
-            "width_rel": float(np.mean((hi - lo) / y))}
+            "width_rel": float(np.mean((hi - lo) / y)), "nonfinite_draws": n_bad, "failed": ""}
 
 
 def main(argv=None):
@@ -152,11 +162,12 @@ def main(argv=None):
         print(f"budget {b / paper_cost:g}x done ({time.time() - t0:.0f} s)", flush=True)
 
     res = pd.DataFrame(rows)
+    res["failed"] = res["failed"].fillna("")
     res.to_csv(out / "results.csv", index=False)
     agg = res.groupby(["strategy", "budget_x"]).agg(
         mae_rel=("mae_rel", "mean"), mae_rel_sd=("mae_rel", "std"), coverage90=("coverage90", "mean"),
         width_rel=("width_rel", "mean"), spent=("spent", "mean"), n_anchors=("n_anchors", "mean"),
-        seeds=("seed", "count")).reset_index()
+        seeds=("seed", "count"), failed=("failed", lambda f: int((f != "").sum()))).reset_index()
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
     colors = {"ours": "C2", "ours-gain": "C3", "paper": "C0", "random": "C1", "none": "k"}
@@ -181,10 +192,10 @@ def main(argv=None):
 
     best = {}
     for b, g in agg[agg["strategy"] != "none"].groupby("budget_x"):
-        g = g.set_index("strategy")["mae_rel"]
-        best[b] = (g.idxmin(), g.to_dict())
+        g = g.set_index("strategy")["mae_rel"].dropna()
+        best[b] = (g.idxmin() if len(g) else "none (every refit failed)", g.to_dict())
     stages = "{" + ", ".join(f"{p:g}" for p in train_ptpp) + "}"
-    lines = [f"# Anchor study on `bible_ptpp`" + (" (SYNTHETIC dry run)" if args.synthetic else "")
+    lines = ["# Anchor study on `bible_ptpp`" + (" (SYNTHETIC dry run)" if args.synthetic else "")
              + ("" if default else f": fit at PTPP {stages}, anchors and queries at PTPP "
                                    f"{args.test_ptpp:g}"), "",
              f"Law `{law.name}` on the target domain; fit at PTPP {stages} ({len(train)} rows); "
@@ -193,12 +204,13 @@ def main(argv=None):
              f"Paper anchor cost "
              f"{paper_cost:.3e} FLOPs; random: mean of {args.seeds} seeds. "
              f"Run time {time.time() - t0:.0f} s.", "",
-             "| strategy | budget (x paper) | anchors | FLOPs spent | MAE_rel | 90% coverage | rel. width |",
-             "|---|---|---|---|---|---|---|"]
+             "| strategy | budget (x paper) | anchors | FLOPs spent | MAE_rel | 90% coverage | rel. width "
+             "| failed refits |",
+             "|---|---|---|---|---|---|---|---|"]
     for _, r in agg.sort_values(["budget_x", "strategy"]).iterrows():
         lines.append(f"| {r['strategy']} | {r['budget_x']:g} | {r['n_anchors']:.1f} | {r['spent']:.3e} | "
                      f"{r['mae_rel']:.4f}" + (f" +- {r['mae_rel_sd']:.4f}" if r['seeds'] > 1 else "")
-                     + f" | {r['coverage90']:.2f} | {r['width_rel']:.4f} |")
+                     + f" | {r['coverage90']:.2f} | {r['width_rel']:.4f} | {r['failed']} |")
     lines += ["", "Winner by MAE_rel at each budget (honest comparison; random is a mean over seeds):", ""]
     for b, (w, d) in best.items():
         others = ", ".join(f"{k} {v:.4f}" for k, v in sorted(d.items()))

@@ -117,17 +117,6 @@ def diagnostics_note(post) -> str:
     return f"{post.law.name}: convergence checks failed ({'; '.join(diag.get('failed', []))})"
 
 
-def predictive(post, df, level=0.9, seed=0):
-    """(median of the expected loss, lower, upper of the predictive interval) at the rows of df."""
-    mean = np.asarray(post.predict_draws(df, kind="mean"))
-    try:
-        pred = np.asarray(post.predict_draws(df, kind="predictive", seed=seed))
-    except TypeError:
-        pred = np.asarray(post.predict_draws(df, kind="predictive"))
-    a = (1 - level) / 2
-    return np.median(mean, 0), np.quantile(pred, a, 0), np.quantile(pred, 1 - a, 0)
-
-
 def dump(obj, path):
     with open(path, "w") as fh:
         json.dump(obj, fh, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o))

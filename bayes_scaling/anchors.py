@@ -155,13 +155,22 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
         else posterior
     Fc = np.log(predict_draws(src, candidates))
     Fq = np.log(predict_draws(src, queries))
+    if Fc.shape[0] < 3:
+        raise BayesScalingError(f"anchor selection needs posterior draws; got {Fc.shape[0]} "
+                                "draw(s) (a point fit carries no uncertainty to reduce)")
+    with np.errstate(invalid="ignore"):
+        ok = np.all(np.isfinite(Fc), 1) & np.all(np.isfinite(Fq), 1)
+    if ok.sum() < 3:
+        raise BayesScalingError(f"{int((~ok).sum())} of {len(ok)} draws predict non-positive or "
+                                "non-finite losses at the candidates or queries; check the rows' "
+                                "columns and ranges")
+    if not ok.all():
+        # as in bs.evaluate: a draw that overflows somewhere is dropped whole, never per row
+        warnings.warn(f"{int((~ok).sum())} of {len(ok)} posterior draws predict non-finite losses "
+                      "at the candidates or queries; they are left out of the selection",
+                      RuntimeWarning, stacklevel=2)
+        Fc, Fq = Fc[ok], Fq[ok]
     S = Fc.shape[0]
-    if S < 3:
-        raise BayesScalingError(f"anchor selection needs posterior draws; got {S} draw(s) "
-                                "(a point fit carries no uncertainty to reduce)")
-    if not (np.all(np.isfinite(Fc)) and np.all(np.isfinite(Fq))):
-        raise BayesScalingError("some draws predict non-positive or non-finite losses at the "
-                                "candidates or queries; check the rows' columns and ranges")
     n_c, n_q = Fc.shape[1], Fq.shape[1]
     s2, noise_src = _noise_var(posterior, draws, noise, n_c)
     w = np.full(n_q, 1.0 / n_q) if query_weights is None else np.asarray(query_weights, float)

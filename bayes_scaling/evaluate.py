@@ -396,7 +396,7 @@ def posterior_loglik(post, df, mean_draws=None, keep=None) -> np.ndarray:
     raise BayesScalingError(f"unknown likelihood {kind!r} in the posterior's settings")
 
 
-def _posterior_predictions(post, df, interval):
+def posterior_predictions(post, df, interval):
     """(point, lower, upper, predictive draws, loglik or None, number of draws dropped) of a
     posterior on ``df``; draws with a non-finite prediction on any row are dropped whole.
 
@@ -635,7 +635,7 @@ def ptpp_holdout(
                 continue
             post = _bayes.fit_posterior(law, rows_fit, **pkw)
             fits[(label, "posterior")] = post
-            point, lo, hi, draws, loglik, n_bad = _posterior_predictions(post, test, interval)
+            point, lo, hi, draws, loglik, n_bad = posterior_predictions(post, test, interval)
             sc = ~anchor
             prob = probabilistic_scores(draws[:, sc], scored["loss"].to_numpy(float),
                                         loglik=None if loglik is None else loglik[:, sc])

@@ -14,7 +14,7 @@ import json
 import math
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import jax
@@ -28,7 +28,7 @@ from . import data as _data
 from .errors import FitError
 from .laws import Law
 from .laws import get as get_law
-from .objective import data_hash, huber_objective
+from .objective import data_hash, huber, huber_objective, log_residuals
 
 # --------------------------------------------------------------------------------------------------
 # The problem: free parameters <-> unconstrained vector, and the objective on it.
@@ -86,10 +86,19 @@ class Problem:
         return huber_objective(self.predict(theta), self.y, delta)
 
     def args(self, delta):
-        """Data the objective reads, as a pytree (so one compiled program serves every table)."""
-        scale = len(self.y) * delta * delta  # makes the objective O(1) whatever delta and n are
+        """Data the objective reads, as a pytree (so one compiled program serves every table).
+
+        The rows are padded to :func:`row_bucket` of their count with zero-weight copies of the
+        first row, which add exactly 0 to the objective: tables of 100 and 120 rows share one
+        compiled program (compilation dominates protocols of hundreds of small fits)."""
+        n = len(self.y)
+        rep = row_bucket(n) - n
+        pad = (lambda v: jnp.concatenate([v, jnp.full((rep,), v[0])])) if rep else (lambda v: v)
+        scale = n * delta * delta  # makes the objective O(1) whatever delta and n are
         fixed = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in self.fixed.items()}
-        return {"x": self.x, "y": self.y, "fixed": fixed, "delta": jnp.asarray(delta), "scale": scale}
+        return {"x": {k: pad(v) for k, v in self.x.items()}, "y": pad(self.y),
+                "w": jnp.concatenate([jnp.ones(n), jnp.zeros(rep)]),
+                "fixed": fixed, "delta": jnp.asarray(delta), "scale": scale}
 
     @property
     def key(self):
@@ -103,6 +112,11 @@ class Problem:
     def sample_inits(self, n, seed):
         rng = np.random.default_rng(seed)
         return np.stack([p.sample_init(rng, n) for p in self.free], -1)
+
+
+def row_bucket(n: int) -> int:
+    """The padded row count of an ``n``-row fit: the next power of two, at least 32."""
+    return max(32, 1 << (int(n) - 1).bit_length())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -353,7 +367,8 @@ def _normalised_objective(key, prob: Problem):
             params = {p.name: theta[..., i] for i, p in enumerate(free)}
             params.update(args["fixed"])
             pred = law.fn(params, args["x"])
-            return huber_objective(pred, args["y"], args["delta"]) / args["scale"]
+            h = huber(log_residuals(pred, args["y"]), args["delta"])
+            return jnp.sum(args["w"] * h) / args["scale"]
 
         _OBJECTIVES[key] = f
     return _OBJECTIVES[key]

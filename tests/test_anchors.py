@@ -209,3 +209,25 @@ def test_selection_with_a_fitted_posterior():
     q = pd.DataFrame([dict(N=1.6e5, D=30 * 1.6e5, replay=0.25)])
     sel = A.select(post, cand, budget=float(A.candidate_cost(cand).sum()), queries=q)
     assert len(sel) >= 1 and sel["reduction"].iloc[-1] > 0
+
+
+def test_overflowing_draws_are_dropped_whole(problem):
+    """Draws that overflow at a candidate or query (as Form-3 draws do far from the data) are left
+    out whole, with a warning: the selection equals the one on the finite draws alone."""
+    d = problem["draws"]
+    S = len(d.params["B"])
+    bad = np.zeros(S, bool)
+    bad[:40] = True
+    B = np.where(bad, np.inf, d.params["B"])
+    spoiled = P.ParamDraws(TOY, {"B": B, "beta": d.params["beta"]}, sigma=d.sigma)
+    clean = P.ParamDraws(TOY, {"B": d.params["B"][~bad], "beta": d.params["beta"][~bad]},
+                         sigma=d.sigma[~bad])
+    q, c = pd.DataFrame({"D": D_QUERY}), cands([1.0, 1.0, 1.0, 1.0])
+    with pytest.warns(RuntimeWarning, match="40 of 3000 posterior draws"):
+        got = A.select(spoiled, c, budget=2.0, cost="cost", queries=q)
+    want = A.select(clean, c, budget=2.0, cost="cost", queries=q)
+    assert got["candidate"].tolist() == want["candidate"].tolist()
+    np.testing.assert_allclose(got["criterion_after"], want["criterion_after"], rtol=1e-12)
+    all_bad = P.ParamDraws(TOY, {"B": np.full(S, np.inf), "beta": d.params["beta"]}, sigma=d.sigma)
+    with pytest.raises(bs.BayesScalingError, match="3000 of 3000 draws"):
+        A.select(all_bad, c, budget=2.0, cost="cost", queries=q)

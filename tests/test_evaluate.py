@@ -451,7 +451,7 @@ def test_non_finite_draws_are_dropped_whole_counted_and_warned():
 
     df = pd.DataFrame({"loss": [2.1, 2.9]})
     with pytest.warns(RuntimeWarning, match="1 of 3 posterior draws"):
-        point, lo, hi, draws, ll, n_bad = ev._posterior_predictions(Three(), df, 0.9)
+        point, lo, hi, draws, ll, n_bad = ev.posterior_predictions(Three(), df, 0.9)
     assert n_bad == 1 and draws.shape == (2, 2)
     np.testing.assert_allclose(point, [2.1, 3.0])
     want = norm.logpdf(np.log([[2.1, 2.9]]), np.log([[2.0, 3.0], [2.2, 3.0]]),
