@@ -9,7 +9,7 @@
     bayes-scaling plan --target T --source S --N N --ptpp P --max-forgetting 2% --target-loss L
                        [--prob 0.9]                       adaptation plan (PTPP paper Sec. 4)
     bayes-scaling train CONFIG [--workers N]              run/resume a training sweep (training/)
-    bayes-scaling analyses [--quick] [--only NAME ...]    regenerate analyses/out/
+    bayes-scaling analyses [--quick] [--only NAME ...] [--jobs N]  regenerate analyses/out/
 """
 from __future__ import annotations
 
@@ -172,6 +172,8 @@ def cmd_analyses(args) -> int:
         cmd.append("--quick")
     if args.only:
         cmd += ["--only", *args.only]
+    if args.jobs is not None:
+        cmd += ["--jobs", str(args.jobs)]
     return subprocess.call(cmd)
 
 
@@ -253,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("analyses", help="regenerate the tables and figures under analyses/out/")
     s.add_argument("--quick", action="store_true", help="fast subset")
     s.add_argument("--only", nargs="*", help="analysis script names without .py")
+    s.add_argument("--jobs", type=int, help="scripts run at once (default 2)")
     s.set_defaults(func=cmd_analyses)
     return p
 
