@@ -5,6 +5,18 @@ import pytest
 import bayes_scaling as bs
 
 
+def committed_table(path) -> pd.DataFrame:
+    """A committed loss table (a sweep's CSV), or a skip with the reason when it has no rows yet."""
+    from pathlib import Path
+    path = Path(path)
+    if not path.exists():
+        pytest.skip(f"{path.name} is not committed yet")
+    df = pd.read_csv(path)
+    if df.empty:
+        pytest.skip(f"{path.name} has no rows yet")
+    return df
+
+
 def form3_grid(sizes=(2e4, 4e4, 8e4, 1.6e5), ptpps=(15, 31, 279), replays=(0.1, 0.25, 0.5),
                atpps=(0.5, 1, 2, 5, 12, 30)):
     """The PTPP paper's grid shape: sizes x PTPP stages x replay ratios x adaptation budgets."""

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import committed_table
 
 TABLE = Path(__file__).resolve().parents[1] / "bayes_scaling" / "datasets" / "bible_ptpp.csv"
 CANONICAL = ["loss", "N", "N_nonemb", "D", "ptpp", "replay", "domain", "atpp"]
@@ -19,12 +20,7 @@ NOISE = 0.01
 
 @pytest.fixture(scope="module")
 def table() -> pd.DataFrame:
-    if not TABLE.exists():
-        pytest.skip(f"{TABLE.name} is not committed yet")
-    df = pd.read_csv(TABLE)
-    if df.empty:
-        pytest.skip(f"{TABLE.name} has no rows yet")
-    return df
+    return committed_table(TABLE)
 
 
 def test_columns_and_values(table):
