@@ -51,7 +51,8 @@ from numpyro.distributions import constraints
 
 from . import data as _data
 from .errors import BayesScalingError, ConvergenceWarning, FitError, MultimodalWarning
-from .fit import Problem, lbfgs_multistart
+from . import fit as _fit
+from .fit import Problem, lbfgs_multistart, row_bucket
 from .laws import Law, Param
 from .laws import get as get_law
 from .objective import data_hash, huber, huber_log_normaliser, huber_logpdf
@@ -679,6 +680,10 @@ class Spec:
             ll = likelihood_dist(self.likelihood, mu, sigma, student_df=self.student_df).log_prob(data["y"])
         return jnp.where(jnp.isfinite(ll), ll, -jnp.inf)
 
+    def loglik(self, theta, data):
+        """Summed log-likelihood of the table's rows (padding rows, weight 0, add nothing)."""
+        return jnp.sum(jnp.where(data["w"] > 0, self.pointwise_loglik(theta, data), 0.0))
+
     def log_prior(self, theta):
         """Sum of the priors' log densities at the natural values (no Jacobian)."""
         return sum(self.priors[p.name].log_prob(theta[p.name]) for p in self.free)
@@ -694,7 +699,7 @@ class Spec:
         """Unnormalised log posterior at ``u``: in the unconstrained space (``jacobian=True``)
         or in the natural space (``False``, whose maximiser is the MAP)."""
         theta = self.theta(u)
-        lp = self.log_prior(theta) + jnp.sum(self.pointwise_loglik(theta, data))
+        lp = self.log_prior(theta) + self.loglik(theta, data)
         if jacobian:
             lp = lp + self.log_jacobian(u)
         return jnp.where(jnp.isfinite(lp), lp, -jnp.inf)
@@ -702,7 +707,7 @@ class Spec:
     def log_joint_s(self, s, data):
         """Unnormalised log posterior density of the sampling vector ``s`` (what NUTS samples)."""
         theta, jac = self._theta_s(s, data["ref"], True)
-        lp = self.log_prior(theta) + jnp.sum(self.pointwise_loglik(theta, data)) + jac
+        lp = self.log_prior(theta) + self.loglik(theta, data) + jac
         return jnp.where(jnp.isfinite(lp) & self._inside(theta), lp, -jnp.inf)
 
 
@@ -789,14 +794,27 @@ def _resolve_block(block: Coordinates, law: Law) -> Coordinates:
     return _RESOLVED[key][0]
 
 
-def _data_pytree(spec: Spec, df: pd.DataFrame):
+def _data_pytree(spec: Spec, df: pd.DataFrame, pad: bool | None = None):
+    """The table as the arrays every compiled density reads.
+
+    With ``pad`` the rows are padded to ``row_bucket(n)`` (the next power of two, at least 32)
+    with copies of the first row of weight ``w = 0``, which add nothing to any density: fits on
+    tables of 100 and 120 rows (held-out splits, anchor refits) then share their compiled
+    programs (``bayes_scaling.fit.PAD_ROWS = False`` turns it off everywhere, for benchmarks).
+    The blocks' reference points are computed from the real rows only."""
     x = spec.law.inputs(df)
     y = jnp.log(jnp.asarray(df["loss"].to_numpy(dtype=float)))
     fixed = {k: jnp.asarray(v, jnp.float64) for k, v in spec.fixed.items()}
     ref = {b.name: b.reference(x) for b in spec.blocks}
     ref["__fixed__"] = fixed
-    return {"x": x, "y": y, "fixed": fixed, "ref": ref,
-            "scale": jnp.asarray(spec.scale if spec.scale is not None else 1.0, jnp.float64)}
+    n = len(y)
+    rep = row_bucket(n) - n if (_fit.PAD_ROWS if pad is None else pad) else 0
+    if rep:
+        x = {k: jnp.concatenate([v, jnp.full((rep,), v[0])]) for k, v in x.items()}
+        y = jnp.concatenate([y, jnp.full((rep,), y[0])])
+    return {"x": x, "y": y, "w": jnp.concatenate([jnp.ones(n), jnp.zeros(rep)]), "fixed": fixed,
+            "ref": ref, "scale": jnp.asarray(spec.scale if spec.scale is not None else 1.0,
+                                             jnp.float64)}
 
 
 def build_model(law, *, priors=None, likelihood="huber", fixed=None, scale=None, c=HUBER_C,
@@ -858,7 +876,7 @@ def _map_objective(spec: Spec):
     def build():
         def f(u, args):
             theta = spec.theta(u)
-            lp = spec.log_prior(theta) + jnp.sum(spec.pointwise_loglik(theta, args["data"]))
+            lp = spec.log_prior(theta) + spec.loglik(theta, args["data"])
             lp = lp + spec.log_jacobian_natural(u)
             return jnp.where(jnp.isfinite(lp), -lp / args["n"], jnp.inf)
         return f
@@ -931,7 +949,7 @@ def _map_stage(spec, data, n_starts, seed, max_iter, inits=None):
     else:
         theta0 = np.atleast_2d(np.asarray(inits, float))
     u0 = np.asarray(spec.u({p.name: theta0[:, i] for i, p in enumerate(spec.free)}))
-    n = float(len(data["y"]))
+    n = float(np.sum(data["w"]))
     args = {"data": data, "n": jnp.asarray(n)}
     u_map, v_map, it_map, g_map = lbfgs_multistart(_map_objective(spec), u0, args,
                                                    max_iter=max_iter)
@@ -1638,11 +1656,11 @@ def fit_posterior(
     C, D = s.shape[:2]
     flat = jnp.asarray(s.reshape(C * D, d))
     theta = _theta_s_batch(spec)(flat, data["ref"])
-    ll = np.asarray(_pointwise_batch(spec)(theta, data)).reshape(C, D, -1)
+    n = len(vdf)
+    ll = np.asarray(_pointwise_batch(spec)(theta, data)).reshape(C, D, -1)[..., :n]
     posterior = {n: np.asarray(theta[n]).reshape(C, D) for n in spec.names}
     cols = {law.column(v): np.asarray(vdf[law.column(v)], float)
             for v in law.variables if law.column(v) in vdf}
-    n = len(vdf)
     sample_stats = None
     if extra is not None:
         steps = extra["num_steps"]
@@ -1661,7 +1679,7 @@ def fit_posterior(
             posterior=posterior,
             sample_stats=sample_stats,
             log_likelihood={"y": ll},
-            observed_data={"y": np.asarray(data["y"])},
+            observed_data={"y": np.asarray(data["y"])[:n]},
             constant_data={**cols, "loss": np.asarray(vdf["loss"], float)},
             coords={"row": np.arange(n)},
             dims={"y": ["row"], **{k: ["row"] for k in cols}, "loss": ["row"]},

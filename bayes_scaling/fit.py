@@ -114,8 +114,16 @@ class Problem:
         return np.stack([p.sample_init(rng, n) for p in self.free], -1)
 
 
+#: Pad tables to :func:`row_bucket` rows (zero-weight copies) in ``fit_map`` and the Bayesian
+#: layer, so fits of nearby row counts share one compiled program; off only to benchmark it.
+PAD_ROWS = True
+
+
 def row_bucket(n: int) -> int:
-    """The padded row count of an ``n``-row fit: the next power of two, at least 32."""
+    """The padded row count of an ``n``-row fit: the next power of two, at least 32 (or ``n``
+    itself when :data:`PAD_ROWS` is off)."""
+    if not PAD_ROWS:
+        return int(n)
     return max(32, 1 << (int(n) - 1).bit_length())
 
 
@@ -368,7 +376,7 @@ def _normalised_objective(key, prob: Problem):
             params.update(args["fixed"])
             pred = law.fn(params, args["x"])
             h = huber(log_residuals(pred, args["y"]), args["delta"])
-            return jnp.sum(args["w"] * h) / args["scale"]
+            return jnp.sum(jnp.where(args["w"] > 0, h, 0.0)) / args["scale"]
 
         _OBJECTIVES[key] = f
     return _OBJECTIVES[key]
