@@ -6,11 +6,12 @@ the reason, only when the rows it needs are not in the table yet. Margins:
 
 - ``NOISE = 0.01`` nats: the tolerance of one comparison between two runs' losses on the same
   512 fixed validation windows (one seed each; the same tolerance as the ``bible_ptpp`` checks).
-  Within a fixed recipe, one doubling of compute lowers the loss by 0.01-0.28 nats (median
-  0.05) on the 244-row table, with one exception: the smallest model (f_M = 3, 3.3K non-embedding
-  parameters, ar-en, k = 8) rises by 0.03 nats from 512 to 1024 steps. So a single step may not
-  rise by more than ``RISE = 5 NOISE`` (a broken pipeline moves losses by tenths of a nat) and
-  the median step must fall by more than NOISE.
+- Loss against compute at a fixed recipe: it falls (median step about -0.1 nats per doubling)
+  except in one corner our data pins (datasheet, 'Findings'): Arabic monolingual runs of the
+  smallest models (``f_M >= 1``, at most 14.5K non-embedding parameters) get worse with
+  compute, by up to 0.09 nats per doubling. Elsewhere a step may not rise by more than
+  ``2 NOISE``; in that corner by no more than ``RISE = 15 NOISE`` (a broken pipeline moves
+  losses by tenths of a nat).
 - A claim about an effect ("hurts", "better") needs it to exceed ``2 * NOISE`` in a single
   comparison, or the median over matched comparisons to exceed ``NOISE`` in that direction.
 """
@@ -31,7 +32,7 @@ import bayes_scaling as bs
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "bayes_scaling" / "datasets" / "bible_m3.csv"
 NOISE = 0.01
-RISE = 5 * NOISE
+RISE = 15 * NOISE
 CANONICAL = ["loss", "N", "N_nonemb", "M", "D", "D_T", "k", "r", "r_f", "r1", "r2", "n_stages",
              "approach", "C", "pair", "target", "seed"]
 RECIPE = ["pair", "approach", "f_r", "f_M", "f_k", "r1", "r2", "r3", "pattern"]
@@ -61,26 +62,37 @@ def test_columns_and_factor_identities(table):
     np.testing.assert_allclose(multi.D_1 + multi.D_2, multi.D, rtol=1e-5)  # CSV: 6 digits
 
 
+def _small_arabic_mono(pair, approach, f_M) -> bool:
+    """The corner where more compute hurts (Findings): ar-en, monolingual, f_M >= 1."""
+    return pair == "ar-en" and approach == "mono_1stage" and f_M >= 1
+
+
 def test_loss_falls_with_compute_at_fixed_recipe(table):
     """Same pair, approach, model (f_M), epochs (f_k) and ratio schedule: each doubling of C
-    doubles the corpus D_T and the tokens D. The loss must never rise by more than RISE from one
-    compute level to the next, and the median step must fall by more than NOISE."""
+    doubles the corpus D_T and the tokens D. Outside the small-Arabic-monolingual corner no step
+    rises by more than 2 NOISE and the median step falls by more than NOISE; in the corner no
+    step rises by more than RISE, and some step does rise by more than 2 NOISE (what our runs
+    show; if a rerun stops showing it, the datasheet's finding is out of date)."""
     key = table.assign(r2=table.r2.fillna(-1), r3=table.r3.fillna(-1),
                        pattern=table.pattern.fillna(""))
-    steps, groups = [], 0
+    steps, corner = [], []
     for k, g in key.groupby(RECIPE):
         if len(g) < 2:
             continue
         g = g.sort_values("f_C")
         assert g.f_C.is_unique, f"{k}: two runs of one recipe at the same C"
-        d = np.diff(g.loss.to_numpy())
-        groups += 1
-        steps.extend(d / np.diff(g.f_C.to_numpy()))
-        assert np.all(d < RISE), (f"{k}: loss rises with compute: "
-                                   f"{dict(zip(g.f_C, g.loss.round(4)))}")
-    if not groups:
+        d = np.diff(g.loss.to_numpy()) / np.diff(g.f_C.to_numpy())
+        pair, approach, _, f_M = k[:4]
+        small = _small_arabic_mono(pair, approach, f_M)
+        (corner if small else steps).extend(d)
+        limit = RISE if small else 2 * NOISE
+        assert np.all(d < limit), (f"{k}: loss rises with compute: "
+                                    f"{dict(zip(g.f_C, g.loss.round(4)))}")
+    if not steps:
         pytest.skip("no recipe has runs at two compute budgets yet")
     assert np.median(steps) < -NOISE, f"loss hardly falls per doubling of C: {np.median(steps)}"
+    if corner:
+        assert max(corner) > 2 * NOISE, "small Arabic monolingual runs no longer get worse with C"
 
 
 def test_repeating_a_tiny_corpus_many_times_eventually_hurts(table):
