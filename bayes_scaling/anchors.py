@@ -11,7 +11,6 @@ heuristic.
 """
 from __future__ import annotations
 
-import math
 import warnings
 
 import numpy as np
@@ -225,7 +224,6 @@ def _greedy_linear(Fc, Fq, s2, w, costs, budget, criterion, rule="ratio"):
         return 0.5 * ld
 
     v0 = value(Sig)
-    v = v0
     avail = np.ones(n_c, bool)
     left = float(budget)
     picks, values = [], []
@@ -247,10 +245,8 @@ def _greedy_linear(Fc, Fq, s2, w, costs, budget, criterion, rule="ratio"):
             break
         col = Sig[:, c].copy()
         Sig = Sig - np.outer(col, col) / (Sig[c, c] + s2[c])
-        v_new = value(Sig)
         picks.append(c)
-        values.append(v_new)
-        v = v_new
+        values.append(value(Sig))
         avail[c] = False
         left -= costs[c]
     return picks, values, v0

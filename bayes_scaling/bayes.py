@@ -52,10 +52,10 @@ from numpyro.distributions import constraints
 from . import data as _data
 from .errors import BayesScalingError, ConvergenceWarning, FitError, MultimodalWarning
 from . import fit as _fit
-from .fit import Problem, lbfgs_multistart, row_bucket
+from .fit import lbfgs_multistart, row_bucket
 from .laws import Law, Param
 from .laws import get as get_law
-from .objective import data_hash, huber, huber_log_normaliser, huber_logpdf
+from .objective import data_hash, huber_log_normaliser, huber_logpdf
 
 LIKELIHOODS = ("huber", "student_t", "normal")
 HUBER_C = 1.345  # threshold in units of sigma: 95% efficiency under Gaussian noise (Huber 1964)

@@ -108,7 +108,7 @@ def validate(df: pd.DataFrame, law=None, *, columns=None, min_rows: int | None =
         raise DataError(
             f"missing column(s) {missing}{need}; the table has {list(df.columns)}. "
             "Rename your columns to the canonical names (see DESIGN.md: loss, N, D, ptpp, replay, ...)"
-            + (f" or map them with law.renamed(...)" if law is not None else "")
+            + (" or map them with law.renamed(...)" if law is not None else "")
         )
 
     out = df.copy()

@@ -569,8 +569,8 @@ def _source_base(source, source_base, N, ptpp, D_hi=None, rtol=1e-6):
                     "term decays slowly, so this conservative default inflates forgetting. Pass "
                     "the checkpoint's measured source loss (or a table with D = 0 rows) as "
                     "source_base.", stacklevel=3)
-        return v, v[:, 0], (f"law default: L_src(N, D -> inf, r = 1, PTPP), the converged source-only "
-                            f"loss, a lower bound on the checkpoint's (conservative)")
+        return v, v[:, 0], ("law default: L_src(N, D -> inf, r = 1, PTPP), the converged source-only "
+                            "loss, a lower bound on the checkpoint's (conservative)")
     if isinstance(source_base, pd.DataFrame):
         df = source_base
         need = {"loss", "D", "N", "ptpp"}
