@@ -117,7 +117,7 @@ def main(argv=None):
                    else "") + f".\n\nInfeasible: {e}\n")
         (out / "summary.md").write_text(text)
         print(text)
-        return 2
+        return 0  # an infeasible request is a result (written, with the closest plan), not an error
     plan.save(out / "plan.json")
     plan.to_frame().to_csv(out / "plan.csv", index=False)
     P.plot_adaptation(plan, path=out / "fig2_plan.png")
