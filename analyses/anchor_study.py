@@ -100,8 +100,9 @@ def main(argv=None):
     ap.add_argument("--test-ptpp", type=float, default=279.0)
     ap.add_argument("--budgets", default="0.25,0.5,1,2", help="multiples of the paper's anchor cost")
     ap.add_argument("--seeds", type=int, default=5, help="random-anchor seeds")
-    ap.add_argument("--posterior", default="auto", choices=("auto", "nuts", "laplace"),
-                    help="posterior of the base fit (auto: bs.fit_posterior when available)")
+    ap.add_argument("--posterior", default="laplace", choices=("auto", "nuts", "laplace"),
+                    help="posterior of the base fit (default laplace, as analyses/ptpp_paper.py: "
+                         "the 33 fits of the study in minutes; nuts takes minutes per fit)")
     ap.add_argument("--refit-posterior", default=None, choices=("auto", "nuts", "laplace"),
                     help="posterior of the refits (default: as --posterior)")
     ap.add_argument("--posterior-kw", default="{}", help="JSON kwargs for bs.fit_posterior")
