@@ -160,8 +160,14 @@ def law_of(label) -> Law:
 # Splits: the paper's Table 7 axes with thresholds moved to our grid
 
 
-def _s(name, axis, column, op, thr):
-    return ev.Split(name, axis, column, op, thr)
+#: How each of the paper's thresholds moves to our grid (axis -> threshold map).
+_TO_OURS = {"D_T": lambda t: t - 1, "D": lambda t: t - 13, "k": lambda t: t // 4}
+
+
+def _ours(s: ev.Split) -> ev.Split:
+    thr = _TO_OURS.get(s.axis, lambda t: t)(s.threshold)
+    name = f"{s.name.split('_')[0]}_{'ge' if s.op == '>=' else 'le'}{thr:g}"
+    return ev.Split(name, s.axis, s.column, s.op, thr)
 
 
 #: Our 18 splits (paper Table 7 -> ours). C and M use the paper's thresholds (our f_C = -3..0 and
@@ -169,24 +175,8 @@ def _s(name, axis, column, op, thr):
 #: ``DT_ge0`` test side would hold 7 rows per pair); D moves from log2 D >= 34/33/32 to our
 #: 2^21/2^20/2^19 tokens (our D = 2^18..2^21); r is unchanged (same ratios 1/8..1); k moves from
 #: >= 32/64/128 to >= 8/16/32 (our k = 1..64). The test side is always the extrapolation direction.
-SPLITS: tuple[ev.Split, ...] = (
-    _s("C_ge0", "C", "f_C", ">=", 0), _s("C_ge-1", "C", "f_C", ">=", -1),
-    _s("M_le-1", "M", "f_M", "<=", -1), _s("M_le0", "M", "f_M", "<=", 0),
-    _s("M_le1", "M", "f_M", "<=", 1),
-    _s("DT_ge-1", "D_T", "f_D", ">=", -1), _s("DT_ge-2", "D_T", "f_D", ">=", -2),
-    _s("DT_ge-3", "D_T", "f_D", ">=", -3),
-    _s("D_ge21", "D", "log2_D", ">=", 21), _s("D_ge20", "D", "log2_D", ">=", 20),
-    _s("D_ge19", "D", "log2_D", ">=", 19),
-    _s("r_le0.125", "r", "r", "<=", 0.125), _s("r_le0.25", "r", "r", "<=", 0.25),
-    _s("r_ge0.5", "r", "r", ">=", 0.5), _s("r_ge1", "r", "r", ">=", 1.0),
-    _s("k_ge8", "k", "k", ">=", 8), _s("k_ge16", "k", "k", ">=", 16),
-    _s("k_ge32", "k", "k", ">=", 32),
-)
-PAPER_SPLIT = {"C_ge0": "C_ge0", "C_ge-1": "C_ge-1", "M_le-1": "M_le-1", "M_le0": "M_le0",
-               "M_le1": "M_le1", "DT_ge-1": "DT_ge0", "DT_ge-2": "DT_ge-1",
-               "DT_ge-3": "DT_ge-2", "D_ge21": "D_ge34", "D_ge20": "D_ge33", "D_ge19": "D_ge32",
-               "r_le0.125": "r_le0.125", "r_le0.25": "r_le0.25", "r_ge0.5": "r_ge0.5",
-               "r_ge1": "r_ge1", "k_ge8": "k_ge32", "k_ge16": "k_ge64", "k_ge32": "k_ge128"}
+SPLITS: tuple[ev.Split, ...] = tuple(_ours(s) for s in ev.M3_SPLITS)
+PAPER_SPLIT = {_ours(s).name: s.name for s in ev.M3_SPLITS}
 #: (d): the paper's Table 8 choice (no k axis, no r_le0.25, no r_ge1), same reasons on our grid.
 SPLITS_D = tuple(s for s in SPLITS if s.axis != "k" and s.name not in ("r_le0.25", "r_ge1"))
 SPLITS_C = tuple(s for s in SPLITS if s.axis != "r")

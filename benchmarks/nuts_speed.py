@@ -117,8 +117,6 @@ def main():
 
 
 def write_section(md, results):
-    path = os.path.join(ROOT, "BENCHMARKS.md")
-    text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
     default = next(r for r in results if r["config"] == "default" and r["chain_method"] == "vectorized")
     naive = next((r for r in results if r["config"] == "naive"), None)
     ratio = ""
@@ -130,14 +128,9 @@ def write_section(md, results):
                "4 chains x 1000 draws after 1000 warm-up steps, 2 shared CPU cores. Command:\n\n"
                "    .venv/bin/python benchmarks/nuts_speed.py --chain-methods --write\n\n"
                + md + "\n" + ratio)
-    start = text.find("## NUTS speed")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + section + ("" if end < 0 else text[end + 1:])
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    with open(path, "w") as fh:
-        fh.write(text)
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from _report import replace_section
+    replace_section("NUTS speed", section)
 
 
 if __name__ == "__main__":

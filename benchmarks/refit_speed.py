@@ -29,8 +29,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 import bayes_scaling as bs  # noqa: E402
 from bayes_scaling import fit as F  # noqa: E402
+from _report import replace_section  # noqa: E402
 from conftest import form3_grid, simulate  # noqa: E402
 
 SIZES = {"map": (150, 165, 180, 195, 210, 225), "laplace": (100, 105, 110, 115, 120, 125)}
@@ -84,21 +86,13 @@ def table(results):
 
 
 def write_section(md):
-    path = ROOT / "BENCHMARKS.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
     load = os.getloadavg()[0]
-    section = ("## Refits of nearby sizes (row padding)\n\n"
-               "Six fits per problem on subsets of different row counts, unpadded (one compilation "
-               "per row count) against padded to a power of two (one compilation), in one process; "
-               f"load average {load:.1f} on 2 cores when written. Command:\n\n"
-               "    .venv/bin/python benchmarks/refit_speed.py --write\n\n" + md + "\n")
-    start = text.find("## Refits of nearby sizes")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + section + ("" if end < 0 else text[end + 1:])
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
+    replace_section("Refits of nearby sizes", (
+        "## Refits of nearby sizes (row padding)\n\n"
+        "Six fits per problem on subsets of different row counts, unpadded (one compilation "
+        "per row count) against padded to a power of two (one compilation), in one process; "
+        f"load average {load:.1f} on 2 cores when written. Command:\n\n"
+        "    .venv/bin/python benchmarks/refit_speed.py --write\n\n" + md + "\n"))
 
 
 def main():

@@ -1,0 +1,20 @@
+"""Writing a benchmark's results into BENCHMARKS.md (shared by the benchmark scripts)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
+
+
+def replace_section(heading: str, section: str, path: Path = BENCHMARKS) -> None:
+    """Put ``section`` (starting with ``## <heading>``) in place of the section of that heading in
+    ``path``, or append it when there is none; the other sections stay as they are."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    section = section.rstrip("\n") + "\n"
+    start = text.find(f"## {heading}")
+    if start >= 0:
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + section + ("" if end < 0 else "\n" + text[end + 1:])
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    path.write_text(text)
