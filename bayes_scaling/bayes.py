@@ -51,8 +51,7 @@ from numpyro.distributions import constraints
 
 from . import data as _data
 from .errors import BayesScalingError, ConvergenceWarning, FitError, MultimodalWarning
-from . import fit as _fit
-from .fit import lbfgs_multistart, row_bucket
+from .fit import lbfgs_multistart, pad_rows
 from .laws import Law, Param
 from .laws import get as get_law
 from .objective import data_hash, huber_log_normaliser, huber_logpdf
@@ -794,7 +793,7 @@ def _resolve_block(block: Coordinates, law: Law) -> Coordinates:
     return _RESOLVED[key][0]
 
 
-def _data_pytree(spec: Spec, df: pd.DataFrame, pad: bool | None = None):
+def _data_pytree(spec: Spec, df: pd.DataFrame, pad: bool = True):
     """The table as the arrays every compiled density reads.
 
     With ``pad`` the rows are padded to ``row_bucket(n)`` (the next power of two, at least 32)
@@ -807,14 +806,9 @@ def _data_pytree(spec: Spec, df: pd.DataFrame, pad: bool | None = None):
     fixed = {k: jnp.asarray(v, jnp.float64) for k, v in spec.fixed.items()}
     ref = {b.name: b.reference(x) for b in spec.blocks}
     ref["__fixed__"] = fixed
-    n = len(y)
-    rep = row_bucket(n) - n if (_fit.PAD_ROWS if pad is None else pad) else 0
-    if rep:
-        x = {k: jnp.concatenate([v, jnp.full((rep,), v[0])]) for k, v in x.items()}
-        y = jnp.concatenate([y, jnp.full((rep,), y[0])])
-    return {"x": x, "y": y, "w": jnp.concatenate([jnp.ones(n), jnp.zeros(rep)]), "fixed": fixed,
-            "ref": ref, "scale": jnp.asarray(spec.scale if spec.scale is not None else 1.0,
-                                             jnp.float64)}
+    x, y, w = pad_rows(x, y, None if pad is not False else len(y))
+    return {"x": x, "y": y, "w": w, "fixed": fixed, "ref": ref,
+            "scale": jnp.asarray(spec.scale if spec.scale is not None else 1.0, jnp.float64)}
 
 
 def build_model(law, *, priors=None, likelihood="huber", fixed=None, scale=None, c=HUBER_C,

@@ -91,14 +91,10 @@ class Problem:
         The rows are padded to :func:`row_bucket` of their count with zero-weight copies of the
         first row, which add exactly 0 to the objective: tables of 100 and 120 rows share one
         compiled program (compilation dominates protocols of hundreds of small fits)."""
-        n = len(self.y)
-        rep = row_bucket(n) - n
-        pad = (lambda v: jnp.concatenate([v, jnp.full((rep,), v[0])])) if rep else (lambda v: v)
-        scale = n * delta * delta  # makes the objective O(1) whatever delta and n are
+        x, y, w = pad_rows(self.x, self.y)
+        scale = len(self.y) * delta * delta  # makes the objective O(1) whatever delta and n are
         fixed = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in self.fixed.items()}
-        return {"x": {k: pad(v) for k, v in self.x.items()}, "y": pad(self.y),
-                "w": jnp.concatenate([jnp.ones(n), jnp.zeros(rep)]),
-                "fixed": fixed, "delta": jnp.asarray(delta), "scale": scale}
+        return {"x": x, "y": y, "w": w, "fixed": fixed, "delta": jnp.asarray(delta), "scale": scale}
 
     @property
     def key(self):
@@ -125,6 +121,17 @@ def row_bucket(n: int) -> int:
     if not PAD_ROWS:
         return int(n)
     return max(32, 1 << (int(n) - 1).bit_length())
+
+
+def pad_rows(x: Mapping, y, to: int | None = None):
+    """``(x, y, w)``: the inputs and targets padded to ``to`` rows (default :func:`row_bucket`)
+    with copies of the first row, and the weights (1 for the real rows, 0 for the copies)."""
+    n = len(y)
+    rep = (row_bucket(n) if to is None else to) - n
+    if rep:
+        x = {k: jnp.concatenate([v, jnp.full((rep,), v[0])]) for k, v in x.items()}
+        y = jnp.concatenate([y, jnp.full((rep,), y[0])])
+    return x, y, jnp.concatenate([jnp.ones(n), jnp.zeros(rep)])
 
 
 # --------------------------------------------------------------------------------------------------
