@@ -348,6 +348,8 @@ class Fitter:
     seed: int = 0
     modes: dict = field(default_factory=dict)   # law name -> "one" / "two"
     seconds: dict = field(default_factory=dict)  # law name -> [n fits, total s, first fit s]
+    bases: dict = field(default_factory=dict)    # phase-1 rows -> base fit (shared by the laws)
+    base_hits: int = 0
 
     def __post_init__(self):
         for law, mode in LAWS.values():
@@ -367,9 +369,22 @@ class Fitter:
             n, tot, first = self.seconds.get(law.name, (0, 0.0, dt))
             self.seconds[law.name] = (n + 1, tot + dt, first)
 
+    def base(self, p1: pd.DataFrame) -> MapFit:
+        """The phase-1 ``chinchilla_m3`` fit on ``p1``, computed once per set of rows: every
+        two-phase law of a split has the same phase-1 rows, and a fit is a deterministic function
+        of its rows, seed and starts, so the laws share it."""
+        key = pd.util.hash_pandas_object(p1, index=False).to_numpy().tobytes()
+        if key in self.bases:
+            self.base_hits += 1
+        else:
+            self.bases[key] = bs.fit_map("chinchilla_m3", p1, seed=self.seed, delta=DELTA,
+                                         n_starts=self.n_starts)
+        return self.bases[key]
+
     def timing(self) -> str:
         return "; ".join(f"{k}: {n} fits, {tot:.0f} s (first {first:.0f} s, with compilation)"
-                         for k, (n, tot, first) in self.seconds.items())
+                         for k, (n, tot, first) in self.seconds.items()) + \
+            f"; phase-1 base fits: {len(self.bases)} computed, {self.base_hits} reused"
 
     __call__ = fit
 
@@ -387,7 +402,7 @@ class Fitter:
             f = bs.fit_map(law, train, seed=self.seed, **kw)
             f.settings["phase"] = f"one-phase fallback ({len(p1)} phase-1 rows)"
             return f
-        base = bs.fit_map("chinchilla_m3", p1, seed=self.seed, **kw)
+        base = self.base(p1)
         shared = {k: v for k, v in base.params.items() if k in law.param_names}
         f = bs.fit_map(law, train, seed=self.seed + 1, fixed=shared, **kw)
         f.settings["phase"] = "two-phase"

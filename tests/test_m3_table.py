@@ -178,8 +178,9 @@ def test_m3_paper_protocol_picks_m3_on_a_table_simulated_from_m3():
         "multi_2stage": 186, "multi_1stage": 117, "mono_1stage": 90}
     splits = [s for s in mp.SPLITS if s.name in ("C_ge-1", "M_le0", "r_le0.25", "k_ge16")]
     t0 = time.time()
+    fitter = mp.Fitter(n_starts=4, seed=0)
     res = mp.table2(df, "a", laws=("Chinchilla", "He + Dual PL", "M3"), splits=splits,
-                    fitter=mp.Fitter(n_starts=4, seed=0))
+                    fitter=fitter)
     avg = res.table.set_index("label")["Avg"]
     assert (res.detail.status == "ok").all(), res.detail[res.detail.status != "ok"]
     assert res.table.n_splits.min() == len(splits)
@@ -188,4 +189,13 @@ def test_m3_paper_protocol_picks_m3_on_a_table_simulated_from_m3():
     phases = {(lab, f.settings["phase"]) for (_, _, lab), f in res.fits.items()}
     assert phases == {("Chinchilla", "one-phase"), ("He + Dual PL", "two-phase"),
                       ("M3", "two-phase")}
+    # at most one phase-1 base per (pair, split), shared by the two two-phase laws (splits whose
+    # training sides hold the same phase-1 rows share it too): identical bases
+    assert len(fitter.bases) + fitter.base_hits == 2 * len(splits)
+    assert len(fitter.bases) <= len(splits)
+    for (pair, split, lab), f in res.fits.items():
+        if lab == "M3":
+            other = res.fits[(pair, split, "He + Dual PL")]
+            for k in ("A", "B", "alpha", "beta", "E"):
+                assert f.params[k] == other.params[k], (split, k)
     print(f"synthetic Table 2: {time.time() - t0:.0f} s; Avg R^2 {avg.round(3).to_dict()}")
