@@ -3,6 +3,8 @@
     python analyses/m3_paper.py            # 50 starts per fit (the paper), Laplace posteriors
     python analyses/m3_paper.py --quick    # 8 starts, no posteriors (smoke run)
     python analyses/m3_paper.py --settings a,c --posterior none
+    python analyses/m3_paper.py --phase1-missing one-phase   # fit laws in one phase where the
+                                                             # two-phase fit has no phase-1 rows
 
 Akimoto et al., *M3 Scaling Law* (arXiv 2410.12325), on the small-scale analogue of its Section 2
 that ``training/configs/m3.toml`` sweeps (target French or Arabic, English helper; datasheet
@@ -58,7 +60,7 @@ import pandas as pd  # noqa: E402
 
 import bayes_scaling as bs  # noqa: E402
 from bayes_scaling import evaluate as ev  # noqa: E402
-from bayes_scaling.errors import BayesScalingError, FitError  # noqa: E402
+from bayes_scaling.errors import BayesScalingError, FitError, SplitSkipped  # noqa: E402
 from bayes_scaling.fit import MapFit  # noqa: E402
 from bayes_scaling.laws import Law  # noqa: E402
 from bayes_scaling.laws import m3 as m3laws  # noqa: E402
@@ -73,7 +75,7 @@ ALL_APPROACHES = ("mono_1stage", "multi_1stage", "multi_2stage", "multi_3stage")
 DELTA = 1e-3          # M3 App. C.1: Huber delta on log residuals
 PAPER_STARTS = 50     # M3 App. C.1: 50 random starts, best kept
 MIN_ROWS = 10         # M3 App. C.2: at least 10 rows on each side of a split
-PHASE1_MIN = 8        # our rule: fewer phase-1 rows than this -> one-phase fit (flagged)
+PHASE1_MIN = 8        # our rule: fewer phase-1 rows than this -> no two-phase fit (see Fitter)
 NOISE = 0.01          # nats: tolerance of one run-vs-run comparison (tests/test_m3_table.py)
 SHORT = {"mono_1stage": "mono 1-stage", "multi_1stage": "multi 1-stage",
          "multi_2stage": "multi 2-stage", "multi_3stage": "multi 3-stage"}
@@ -339,9 +341,18 @@ class Fitter:
     Two-phase (M3 App. C.2.4): phase 1 fits ``chinchilla_m3`` (A, B, alpha, beta, E) on the
     monolingual k <= 4 single-stage rows of the training set (plus ``pool``: extra rows that lie
     on the training side of the split, used by setting (d) whose own rows are all multilingual);
-    phase 2 fits the rest with the base fixed. With fewer than :data:`PHASE1_MIN` phase-1 rows
-    (e.g. the ``r_ge1`` split holds out every monolingual row) the law is fitted in one phase and
-    the fit is flagged (``settings["phase"]``); the paper does not say what it did there.
+    phase 2 fits the rest with the base fixed.
+
+    With fewer than :data:`PHASE1_MIN` phase-1 rows on the training side (the ``r_ge0.5`` and
+    ``r_ge1`` splits hold out every monolingual row), ``phase1_missing`` decides:
+
+    - ``"skip"`` (default): the two-phase fit is impossible by the paper's own definition (phase 1
+      uses "only ... data from the training set"), so the fitter raises
+      :class:`~bayes_scaling.errors.SplitSkipped` and, by App. C.2.3's rule for skipped splits,
+      the split is excluded for every law of the setting;
+    - ``"one-phase"``: the law is fitted in one phase instead and the fit is flagged
+      (``settings["phase"]``). One-phase fits of the M3 family cost 30-100 s each (against
+      about 1 s for phase 2), which made this variant the bulk of the run time.
     """
 
     n_starts: int = PAPER_STARTS
@@ -350,6 +361,7 @@ class Fitter:
     seconds: dict = field(default_factory=dict)  # law name -> [n fits, total s, first fit s]
     bases: dict = field(default_factory=dict)    # phase-1 rows -> base fit (shared by the laws)
     base_hits: int = 0
+    phase1_missing: str = "skip"                 # or "one-phase" (see the class docstring)
 
     def __post_init__(self):
         for law, mode in LAWS.values():
@@ -399,6 +411,9 @@ class Fitter:
             p1 = pd.concat([p1, pool[phase1_mask(pool)]])
             p1 = p1[~p1.index.duplicated()]
         if len(p1) < PHASE1_MIN:
+            if self.phase1_missing == "skip":
+                raise SplitSkipped(f"{len(p1)} phase-1 rows on the training side (< {PHASE1_MIN}): "
+                                   "no two-phase fit")
             f = bs.fit_map(law, train, seed=self.seed, **kw)
             f.settings["phase"] = f"one-phase fallback ({len(p1)} phase-1 rows)"
             return f
@@ -450,14 +465,19 @@ def _scored_subsets(df, rows, st, named, splits, fitter, min_rows, group):
             train, test = gdf[~test_mask], gdf[test_mask]
             pool = gall[~s.test_mask(gall)]       # phase-1 rows on the training side
             subsets = {name: test[np.asarray(sel(test), bool)] for name, sel in st.scored}
+            skipped = None     # as in bs.evaluate.axis_splits: a SplitSkipped skips the split
             for label, law in named.items():
                 fit, err = None, None
-                if len(train) >= min_rows and any(len(t) >= min_rows for t in subsets.values()):
+                if skipped:
+                    err = f"not fitted: skipped for {skipped}"
+                elif len(train) >= min_rows and any(len(t) >= min_rows for t in subsets.values()):
                     try:
                         with warnings.catch_warnings():
                             warnings.simplefilter("ignore")
                             fit = fitter(law, train, pool)
                         fits[(g, s.name, label)] = fit
+                    except SplitSkipped as exc:
+                        skipped, err = label, str(exc).splitlines()[0][:200]
                     except (BayesScalingError, FloatingPointError) as exc:
                         err = str(exc).splitlines()[0][:200]
                 for name, t in subsets.items():
@@ -467,7 +487,8 @@ def _scored_subsets(df, rows, st, named, splits, fitter, min_rows, group):
                         details[name].append(dict(base, r2=np.nan, status="skipped",
                                                   reason=f"fewer than {min_rows} rows on a side"))
                     elif fit is None:
-                        details[name].append(dict(base, r2=np.nan, status="failed", reason=err))
+                        details[name].append(dict(base, r2=np.nan, reason=err,
+                                                  status="skipped" if skipped else "failed"))
                     else:
                         try:
                             r2 = bs.metrics.r2(t["loss"], np.asarray(fit.predict(t), float))
@@ -533,7 +554,9 @@ def split_status(detail: pd.DataFrame, splits) -> pd.DataFrame:
                 continue
             sizes = f"{int(dg['n_train'].iloc[0])}/{int(dg['n_test'].iloc[0])}"
             if (dg["status"] == "skipped").any():
-                st = "skipped (< 10 rows)"
+                why = dg.loc[dg["status"] == "skipped", "reason"].iloc[0]
+                st = ("skipped (< 10 rows)" if why.startswith("fewer than") else
+                      f"skipped ({why})")
             elif dg["excluded"].any():
                 bad = dg[dg["status"] != "ok"]
                 st = "excluded: " + "; ".join(f"{r.law} {r.status}"
@@ -868,7 +891,7 @@ def run(args, df: pd.DataFrame | None = None) -> str:
     posterior = "none" if args.quick else args.posterior
     recipe_draws = 0 if args.quick else args.recipe_draws
     settings = [s for s in args.settings.split(",") if s]
-    fitter = Fitter(n_starts=n_starts, seed=args.seed)
+    fitter = Fitter(n_starts=n_starts, seed=args.seed, phase1_missing=args.phase1_missing)
     C0, _, _ = grid_consts()
     cmd = "python analyses/m3_paper.py" + "".join(" " + shlex.quote(a) for a in args.argv)
 
@@ -899,10 +922,15 @@ def run(args, df: pd.DataFrame | None = None) -> str:
            "variant: phase 1 = `chinchilla_m3` on the monolingual (r = 1), k <= 4, single-stage "
            "rows of the training side; phase 2 = the rest with the base fixed. Chinchilla (the base "
            "itself) and Sedova are fitted in one phase on the whole training side. With fewer than "
-           f"{PHASE1_MIN} phase-1 rows a two-phase law falls back to one phase; every fallback is "
-           "listed below each table. Even on the full grid this happens for `r_ge0.5` and "
-           "`r_ge1` (they hold out every monolingual row) and `DT_ge-3` (4 phase-1 rows: our "
-           "low-epoch monolingual runs have large corpora).",
+           f"{PHASE1_MIN} phase-1 rows on the training side a two-phase fit is impossible "
+           "(phase 1 uses only training rows); "
+           + ("such a split is skipped and, by App. C.2.3's rule, excluded for every law. "
+              if fitter.phase1_missing == "skip" else
+              "here (`--phase1-missing one-phase`) the law is fitted in one phase instead; every "
+              "fallback is listed below each table. ")
+           + "On the full grid this happens for `r_ge0.5` and `r_ge1` (they hold out every "
+           "monolingual row) and `DT_ge-3` (4 phase-1 rows: our low-epoch monolingual runs have "
+           "large corpora).",
            "- M3 -Dual PL (10P: ratio factor r^-gamma) and M3 -g (9P: g = 1) are not in the law "
            "registry; they are defined in this script from `bayes_scaling.laws.m3`'s building "
            "blocks. M3 + R_M*(k) is `m3_rmk` (monolingual only, setting (c)); M3 h_Lp is `m3_hlp` "
@@ -1279,6 +1307,10 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--settings", default="a,b,c,d", help="subset of a,b,c,d (Table 2 settings)")
     ap.add_argument("--posterior", choices=("laplace", "none"), default="laplace")
+    ap.add_argument("--phase1-missing", choices=("skip", "one-phase"), default="skip",
+                    help="a split whose training side has too few phase-1 rows for the two-phase "
+                         "fit: skip it (excluded for every law, default) or fit such laws in one "
+                         "phase")
     ap.add_argument("--recipe-draws", type=int, default=20,
                     help="posterior draws per cell for the recipe intervals (0: MAP only)")
     ap.add_argument("--pairs", type=lambda s: s.split(","), default=None)

@@ -20,6 +20,12 @@ class FitError(BayesScalingError, RuntimeError):
     """A fit could not produce a usable result (e.g. every start diverged)."""
 
 
+class SplitSkipped(FitError):
+    """A protocol's rules rule out fitting a law on a split's training side (e.g. a two-phase
+    fit whose phase-1 rows all lie on the test side). ``bs.evaluate.axis_splits`` reports the
+    split as skipped, which excludes it for every law."""
+
+
 class ConvergenceWarning(UserWarning):
     """A posterior failed a convergence diagnostic (R-hat, ESS, divergences, BFMI)."""
 

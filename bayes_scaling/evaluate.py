@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from . import metrics as _metrics
-from .errors import BayesScalingError, DataError, FitError
+from .errors import BayesScalingError, DataError, FitError, SplitSkipped
 from .laws import Law
 from .laws import get as get_law
 
@@ -791,8 +791,9 @@ def aggregate_splits(detail: pd.DataFrame, axes: Sequence[str] | None = None):
 
     Args:
         detail: one row per (``group``, ``split``, ``law``) with ``axis``, ``r2`` and ``status``
-            (``"ok"``, ``"skipped"`` when a side has too few rows, ``"failed"`` when the fit
-            failed or gave an invalid R^2). ``group`` is e.g. the language; use one value for none.
+            (``"ok"``, ``"skipped"`` when a side has too few rows or the fitter raised
+            :class:`~bayes_scaling.errors.SplitSkipped`, ``"failed"`` when the fit failed or gave
+            an invalid R^2). ``group`` is e.g. the language; use one value for none.
         axes: axis order of the output (default: order of first appearance).
 
     Rules:
@@ -865,7 +866,9 @@ def axis_splits(
         fitter: ``fitter(law, train_df) -> object with .predict(df)``; default
             ``bs.fit_map(law, train_df, delta=delta, n_starts=n_starts, seed=seed)``. Pass e.g.
             ``lambda law, d: bs.fit_two_phase(law, d, phase1=..., delta=1e-3)[0]`` for the paper's
-            two-phase fits.
+            two-phase fits. A fitter that raises :class:`~bayes_scaling.errors.SplitSkipped`
+            (the protocol rules the fit out, e.g. no phase-1 rows on the training side) marks the
+            split skipped; the laws after it are not fitted there (the split is excluded for all).
         fit_kwargs: extra keyword arguments for the default fitter.
 
     Returns:
@@ -898,10 +901,20 @@ def axis_splits(
                     rows.append(dict(base, law=label, r2=np.nan, status="skipped",
                                      reason=f"fewer than {min_rows} rows on a side"))
                 continue
+            skipped = None
             for label, law in named.items():
+                if skipped is not None:  # excluded for every law anyway: no need to fit
+                    rows.append(dict(base, law=label, r2=np.nan, status="skipped",
+                                     reason=f"not fitted: skipped for {skipped}"))
+                    continue
                 try:
                     fit = fitter(law, train)
                     r2 = _metrics.r2(test["loss"], np.asarray(fit.predict(test), float))
+                except SplitSkipped as exc:
+                    skipped = label
+                    rows.append(dict(base, law=label, r2=np.nan, status="skipped",
+                                     reason=str(exc).splitlines()[0][:200]))
+                    continue
                 except (BayesScalingError, FloatingPointError) as exc:
                     rows.append(dict(base, law=label, r2=np.nan, status="failed",
                                      reason=str(exc).splitlines()[0][:200]))

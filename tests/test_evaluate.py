@@ -362,6 +362,38 @@ def test_axis_splits_end_to_end_with_stub_fitter():
     assert "| truth |" in res.to_markdown()
 
 
+def test_a_fitter_can_skip_a_split_for_every_law():
+    """SplitSkipped from one law: the split is skipped (not failed) and excluded for every law,
+    and the laws after it are not fitted there."""
+    from bayes_scaling.errors import SplitSkipped
+
+    df = _stub_table()
+    splits = [ev.Split("C_ge0", "C", "f_C", ">=", 0), ev.Split("k_ge8", "k", "k", ">=", 8)]
+    calls = []
+
+    class Pred:
+        def __init__(self, m):
+            self.predict = lambda d: np.full(len(d), m)
+
+    def fitter(law, train):
+        calls.append((law.name, len(train)))
+        if law.name == "dcpt" and train["k"].max() < 8:  # no phase-1 rows on k_ge8's train side
+            raise SplitSkipped("0 phase-1 rows")
+        return Pred(train["loss"].mean())
+
+    laws = {"first": "chinchilla", "skips": "dcpt", "after": "ptpp_floor"}
+    res = ev.axis_splits(laws, df, splits, fitter=fitter)
+    d = res.detail.set_index(["split", "law"])
+    assert d.loc["k_ge8", "status"].to_dict() == {"first": "ok", "skips": "skipped",
+                                                  "after": "skipped"}
+    assert d.loc[("k_ge8", "skips"), "reason"] == "0 phase-1 rows"
+    assert d.loc[("k_ge8", "after"), "reason"] == "not fitted: skipped for skips"
+    assert d.loc["k_ge8", "excluded"].all() and not d.loc["C_ge0", "excluded"].any()
+    n_k8 = int((df["k"] < 8).sum())
+    assert [c for c in calls if c[1] == n_k8] == [("chinchilla", n_k8), ("dcpt", n_k8)]
+    assert res.table["k"].isna().all() and (res.table["n_splits"] == 1).all()
+
+
 def test_m3_preset_has_the_papers_18_and_13_splits():
     assert len(ev.M3_SPLITS) == 18 and len(ev.M3_SPLITS_2STAGE) == 13
     names = [s.name for s in ev.M3_SPLITS]
