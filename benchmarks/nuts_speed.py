@@ -147,20 +147,24 @@ def main():
     md = table(results)
     print(md)
     if args.write:
-        write_section(md, results)
+        threads = os.environ.get("OMP_NUM_THREADS")
+        prefix = (f"XLA_FLAGS='{os.environ.get('XLA_FLAGS', '')}' OMP_NUM_THREADS={threads} "
+                  if threads else "")
+        write_section(md, results, prefix + ".venv/bin/python benchmarks/nuts_speed.py "
+                      + " ".join(sys.argv[1:]))
 
 
-def write_section(md, results):
+def write_section(md, results, command):
     default = next(r for r in results if r["config"] == "default" and r["chain_method"] == "vectorized")
     naive = next((r for r in results if r["config"] == "naive"), None)
     ratio = ""
     if naive:
-        ratio = (f"\nDefault vs naive: {naive['wall_s'] / default['wall_s']:.1f}x less wall time, "
-                 f"{default['ess_per_s'] / max(naive['ess_per_s'], 1e-9):.0f}x more ESS per second.\n")
+        ratio = (f"\nDefault vs naive: {default['wall_s'] / naive['wall_s']:.2f}x the wall time, "
+                 f"{default['ess_per_s'] / max(naive['ess_per_s'], 1e-9):.0f}x the ESS per second.\n")
     section = ("## NUTS speed\n\n"
                "Form-3 (`ptpp_gated_floor`) posterior on the synthetic two-PTPP table (144 rows), "
-               "4 chains x 1000 draws after 1000 warm-up steps, 2 shared CPU cores. Command:\n\n"
-               "    .venv/bin/python benchmarks/nuts_speed.py --chain-methods --write\n\n"
+               "4 chains x 1000 draws after 1000 warm-up steps. Command:\n\n"
+               f"    {command}\n\n"
                + md + "\n" + ratio)
     if default.get("geometry"):
         section += ("\nWhere the default configuration's steps go: the shape of its draws in the "
