@@ -351,8 +351,8 @@ class Fitter:
       :class:`~bayes_scaling.errors.SplitSkipped` and, by App. C.2.3's rule for skipped splits,
       the split is excluded for every law of the setting;
     - ``"one-phase"``: the law is fitted in one phase instead and the fit is flagged
-      (``settings["phase"]``). One-phase fits of the M3 family cost 30-100 s each (against
-      about 1 s for phase 2), which made this variant the bulk of the run time.
+      (``settings["phase"]``). One-phase fits of the M3 family cost 30-100 s each on this
+      machine, against about 1 s for phase 2.
     """
 
     n_starts: int = PAPER_STARTS
