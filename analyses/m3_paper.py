@@ -445,70 +445,16 @@ def table2(df: pd.DataFrame, setting="a", *, laws=None, splits=None, fitter: Fit
     fitter = fitter or Fitter()
     rows = setting_rows(df, st)
     named = {lab: law_of(lab) for lab in labels}
-    if not st.scored:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return ev.axis_splits(named, rows, splits, delta=DELTA, min_rows=min_rows, group=group,
-                                  fitter=fitter)
-    return _scored_subsets(df, rows, st, named, splits, fitter, min_rows, group)
-
-
-def _scored_subsets(df, rows, st, named, splits, fitter, min_rows, group):
-    """Setting (d): fit on every training row, score each test subset (d1, d2) separately."""
-    details = {name: [] for name, _ in st.scored}
-    fits = {}
-    for g in dict.fromkeys(rows[group]):
-        gdf = rows[rows[group] == g]
-        gall = df[df[group] == g]
-        for s in splits:
-            test_mask = s.test_mask(gdf)
-            train, test = gdf[~test_mask], gdf[test_mask]
-            pool = gall[~s.test_mask(gall)]       # phase-1 rows on the training side
-            subsets = {name: test[np.asarray(sel(test), bool)] for name, sel in st.scored}
-            skipped = None     # as in bs.evaluate.axis_splits: a SplitSkipped skips the split
-            for label, law in named.items():
-                fit, err = None, None
-                if skipped:
-                    err = f"not fitted: skipped for {skipped}"
-                elif len(train) >= min_rows and any(len(t) >= min_rows for t in subsets.values()):
-                    try:
-                        with warnings.catch_warnings():
-                            warnings.simplefilter("ignore")
-                            fit = fitter(law, train, pool)
-                        fits[(g, s.name, label)] = fit
-                    except SplitSkipped as exc:
-                        skipped, err = label, str(exc).splitlines()[0][:200]
-                    except (BayesScalingError, FloatingPointError) as exc:
-                        err = str(exc).splitlines()[0][:200]
-                for name, t in subsets.items():
-                    base = {"group": g, "split": s.name, "axis": s.axis, "law": label,
-                            "n_train": len(train), "n_test": len(t)}
-                    if len(train) < min_rows or len(t) < min_rows:
-                        details[name].append(dict(base, r2=np.nan, status="skipped",
-                                                  reason=f"fewer than {min_rows} rows on a side"))
-                    elif fit is None:
-                        details[name].append(dict(base, r2=np.nan, reason=err,
-                                                  status="skipped" if skipped else "failed"))
-                    else:
-                        try:
-                            r2 = bs.metrics.r2(t["loss"], np.asarray(fit.predict(t), float))
-                            reason = "" if math.isfinite(r2) else "R^2 not finite"
-                        except (BayesScalingError, FloatingPointError) as exc:  # e.g. NaN preds
-                            r2, reason = np.nan, str(exc).splitlines()[0][:200]
-                        details[name].append(dict(base, r2=r2,
-                                                  status="failed" if reason else "ok",
-                                                  reason=reason))
-    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if not st.scored:
+            return ev.axis_splits(named, rows, splits, delta=DELTA, min_rows=min_rows,
+                                  group=group, fitter=fitter)
+        # (d): one fit per split on every training row, phase-1 rows from the whole table's
+        # training side; 1- and 2-stage test rows scored separately (d1, d2), macro-averaged (d3)
+        out = ev.axis_splits(named, rows, splits, delta=DELTA, min_rows=min_rows, group=group,
+                             fitter=fitter, pool=df, scored=dict(st.scored))
     axes = list(dict.fromkeys(s.axis for s in splits))
-    for name, rows_ in details.items():
-        detail = pd.DataFrame(rows_)
-        table, per_group, detail = ev.aggregate_splits(detail, axes)
-        table = table.reset_index().rename(columns={"law": "label"})
-        used = detail[~detail["excluded"]].groupby("law")["split"].count()
-        table["n_splits"] = used.reindex(list(named)).fillna(0).astype(int).to_numpy()
-        out[name] = ev.Evaluation("axis_splits", table, detail, fits,
-                                  {"splits": [s.name for s in splits], "scored": name},
-                                  per_group=per_group)
     t1, t2 = out["d1"].table.set_index("label"), out["d2"].table.set_index("label")
     d3 = (t1[axes].add(t2[axes]) / 2).reset_index()   # macro-average; NaN when either is
     d3["Avg"] = d3[axes].mean(axis=1)

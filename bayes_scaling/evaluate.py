@@ -840,7 +840,9 @@ def axis_splits(
     group: str | None = None,
     fitter: Callable | None = None,
     fit_kwargs: Mapping | None = None,
-) -> Evaluation:
+    pool: pd.DataFrame | None = None,
+    scored: Mapping[str, Callable] | None = None,
+):
     """The M3 paper's multi-split extrapolation protocol (Appendix C.2), on any loss table.
 
     For every split (and every value of ``group``, e.g. each language): the rows satisfying the
@@ -870,11 +872,20 @@ def axis_splits(
             (the protocol rules the fit out, e.g. no phase-1 rows on the training side) marks the
             split skipped; the laws after it are not fitted there (the split is excluded for all).
         fit_kwargs: extra keyword arguments for the default fitter.
+        pool: extra rows outside ``df`` the fitter may draw on (the M3 paper's setting (d) takes
+            its phase-1 monolingual rows from the whole table). The fitter is then called as
+            ``fitter(law, train_df, pool_train)`` with the pool rows of the same group on the
+            split's training side.
+        scored: ``{name: df -> mask}``: score each split's test rows in these subsets separately
+            from one fit (the M3 paper's setting (d): 1-stage and 2-stage test rows). A fit is made
+            when the training side and at least one subset have ``min_rows`` rows; a subset with
+            fewer is skipped.
 
     Returns:
         :class:`Evaluation` with ``table`` (one row per law: one column per axis and ``Avg``),
         ``per_group`` and ``detail`` (one row per group, split and law: ``n_train``, ``n_test``,
-        ``r2``, ``status``, ``reason``, ``excluded``).
+        ``r2``, ``status``, ``reason``, ``excluded``); with ``scored``, ``{name: Evaluation}``
+        (the fits are shared).
     """
     from .fit import fit_map
 
@@ -886,51 +897,62 @@ def axis_splits(
     if fitter is None:
         def fitter(law, d):
             return fit_map(law, d, delta=delta, n_starts=n_starts, seed=seed, **fkw)
+    subsets = dict(scored) if scored else {None: None}
 
     groups = [(None, df)] if group is None else [(g, df[df[group] == g])
                                                  for g in dict.fromkeys(df[group])]
-    rows, fits = [], {}
+    rows, fits = {name: [] for name in subsets}, {}
     for g, gdf in groups:
+        gpool = None if pool is None else (pool if g is None else pool[pool[group] == g])
         for s in splits:
             test_mask = s.test_mask(gdf)
             train, test = gdf[~test_mask], gdf[test_mask]
+            tests = {name: test if sel is None else test[np.asarray(sel(test), bool)]
+                     for name, sel in subsets.items()}
             base = {"group": "all" if g is None else g, "split": s.name, "axis": s.axis,
-                        "n_train": len(train), "n_test": len(test)}
-            if len(train) < min_rows or len(test) < min_rows:
-                for label in named:
-                    rows.append(dict(base, law=label, r2=np.nan, status="skipped",
-                                     reason=f"fewer than {min_rows} rows on a side"))
-                continue
+                    "n_train": len(train)}
+            fit_it = len(train) >= min_rows and any(len(t) >= min_rows for t in tests.values())
             skipped = None
             for label, law in named.items():
-                if skipped is not None:  # excluded for every law anyway: no need to fit
-                    rows.append(dict(base, law=label, r2=np.nan, status="skipped",
-                                     reason=f"not fitted: skipped for {skipped}"))
-                    continue
-                try:
-                    fit = fitter(law, train)
-                    r2 = _metrics.r2(test["loss"], np.asarray(fit.predict(test), float))
-                except SplitSkipped as exc:
-                    skipped = label
-                    rows.append(dict(base, law=label, r2=np.nan, status="skipped",
-                                     reason=str(exc).splitlines()[0][:200]))
-                    continue
-                except (BayesScalingError, FloatingPointError) as exc:
-                    rows.append(dict(base, law=label, r2=np.nan, status="failed",
-                                     reason=str(exc).splitlines()[0][:200]))
-                    continue
-                fits[(base["group"], s.name, label)] = fit
-                status = "ok" if math.isfinite(r2) else "failed"
-                rows.append(dict(base, law=label, r2=r2, status=status,
-                                 reason="" if status == "ok" else "R^2 not finite"))
-    detail = pd.DataFrame(rows)
+                fit, status, reason = None, "skipped", f"fewer than {min_rows} rows on a side"
+                if not fit_it:
+                    pass
+                elif skipped is not None:  # excluded for every law anyway: no need to fit
+                    reason = f"not fitted: skipped for {skipped}"
+                else:
+                    try:
+                        fit = (fitter(law, train) if gpool is None else
+                               fitter(law, train, gpool[~s.test_mask(gpool)]))
+                        fits[(base["group"], s.name, label)] = fit
+                    except SplitSkipped as exc:
+                        skipped, reason = label, str(exc).splitlines()[0][:200]
+                    except (BayesScalingError, FloatingPointError) as exc:
+                        status, reason = "failed", str(exc).splitlines()[0][:200]
+                for name, t in tests.items():
+                    row = dict(base, law=label, n_test=len(t), r2=np.nan, status=status,
+                               reason=reason)
+                    if fit is not None and len(t) < min_rows:
+                        row["reason"] = f"fewer than {min_rows} rows on a side"
+                    elif fit is not None:
+                        try:
+                            r2 = _metrics.r2(t["loss"], np.asarray(fit.predict(t), float))
+                            ok = math.isfinite(r2)
+                            row.update(r2=r2, status="ok" if ok else "failed",
+                                       reason="" if ok else "R^2 not finite")
+                        except (BayesScalingError, FloatingPointError) as exc:  # e.g. NaN preds
+                            row.update(status="failed", reason=str(exc).splitlines()[0][:200])
+                    rows[name].append(row)
     axes = list(dict.fromkeys(s.axis for s in splits))
-    table, per_group, detail = aggregate_splits(detail, axes)
-    table = table.reset_index().rename(columns={"law": "label"})
-    n_used = (detail[~detail["excluded"]].groupby("law")["split"].count()
-              .reindex(list(named)).fillna(0).astype(int))
-    table["n_splits"] = n_used.to_numpy()
-    settings = {"splits": [s.name for s in splits], "delta": delta, "n_starts": n_starts, "seed": seed,
-                    "min_rows": min_rows, "group": group,
-                    "fitter": fitter_name}
-    return Evaluation("axis_splits", table, detail, fits, settings, per_group=per_group)
+    settings = {"splits": [s.name for s in splits], "delta": delta, "n_starts": n_starts,
+                "seed": seed, "min_rows": min_rows, "group": group, "fitter": fitter_name}
+    out = {}
+    for name, rows_ in rows.items():
+        table, per_group, detail = aggregate_splits(pd.DataFrame(rows_), axes)
+        table = table.reset_index().rename(columns={"law": "label"})
+        n_used = (detail[~detail["excluded"]].groupby("law")["split"].count()
+                  .reindex(list(named)).fillna(0).astype(int))
+        table["n_splits"] = n_used.to_numpy()
+        out[name] = Evaluation("axis_splits", table, detail, fits,
+                               dict(settings, **({"scored": name} if scored else {})),
+                               per_group=per_group)
+    return out if scored else out[None]

@@ -140,7 +140,12 @@ def pad_rows(x: Mapping, y, to: int | None = None):
 
 def lbfgs_multistart(f: Callable, u0, args=(), *, max_iter=2000, gtol=1e-10, ftol=1e-13,
                      patience=20, memory_size=20):
-    """Minimise ``f(u, args)`` from every row of ``u0`` at once (vmap over an optax L-BFGS loop).
+    """Minimise ``f(u, args)`` from every row of ``u0`` in one compiled program (optax L-BFGS).
+
+    The starts run one after another inside the program (``jax.lax.map``), each to its own
+    stopping point. Vectorising them (``jax.vmap``, :data:`STARTS_IN_LOCKSTEP`) is slower on CPU:
+    the batch iterates until its slowest start stops, and under ``vmap`` every branch of the zoom
+    line search is evaluated for every start (``benchmarks/fit_speed.py`` measures both).
 
     ``f`` maps a 1-D vector (and a pytree ``args`` of data shared by all starts) to a scalar that
     should be O(1) in size (callers normalise it). A start stops when its gradient norm is below
@@ -153,13 +158,18 @@ def lbfgs_multistart(f: Callable, u0, args=(), *, max_iter=2000, gtol=1e-10, fto
         (u, value, n_iter, grad_norm) as numpy arrays with one row per start.
     """
     runner = _compiled_runner(f, int(max_iter), float(gtol), float(ftol), int(patience),
-                              int(memory_size))
+                              int(memory_size), bool(STARTS_IN_LOCKSTEP))
     out = runner(jnp.asarray(u0), args)
     return tuple(np.asarray(a) for a in out)
 
 
+#: Run the starts of :func:`lbfgs_multistart` in lockstep (``jax.vmap``) instead of one after
+#: another; off only to benchmark it (it is 2-20x slower on CPU).
+STARTS_IN_LOCKSTEP = False
+
+
 @functools.lru_cache(maxsize=256)
-def _compiled_runner(f, max_iter, gtol, ftol, patience, memory_size):
+def _compiled_runner(f, max_iter, gtol, ftol, patience, memory_size, lockstep):
     opt = optax.lbfgs(
         memory_size=memory_size,
         linesearch=optax.scale_by_zoom_linesearch(max_linesearch_steps=40, initial_guess_strategy="one"),
@@ -189,7 +199,9 @@ def _compiled_runner(f, max_iter, gtol, ftol, patience, memory_size):
         value, grad = jax.value_and_grad(fu)(u)
         return u, value, otu.tree_get(state, "count"), jnp.linalg.norm(grad)
 
-    return jax.jit(jax.vmap(run, in_axes=(0, None)))
+    if lockstep:
+        return jax.jit(jax.vmap(run, in_axes=(0, None)))
+    return jax.jit(lambda u, args: jax.lax.map(lambda ui: run(ui, args), u))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,10 +1,13 @@
 """Speed of the vectorised JAX multi-start fit against the papers' recipe, in one process.
 
-Problems: Epoch's 240 Chinchilla points (Huber delta = 1e-3) and a synthetic PTPP Form-3 table
-(4 sizes x PTPP {15, 31, 279} x replay {0.1, 0.25, 0.5} x 6 budgets; delta = 0.02), 50 starts each.
+Problems: Epoch's 240 Chinchilla points (Huber delta = 1e-3), a synthetic PTPP Form-3 table
+(4 sizes x PTPP {15, 31, 279} x replay {0.1, 0.25, 0.5} x 6 budgets; delta = 0.02) and Sedova's
+9-parameter law on the fr-en rows of ``bible_m3`` (delta = 1e-3), 50 starts each.
 Methods, all from the same 50 initial points:
-  jax        fit_map(method="jax"): every start in one vmapped L-BFGS program (compiled once; the
-             first call's compile time is reported separately as "jax (cold)")
+  jax        fit_map(method="jax"): every start in one compiled L-BFGS program, the starts one
+             after another (compiled once; the first call's compile time is reported separately
+             as "jax (cold)")
+  lockstep   the same program with the starts vmapped (``bs.fit.STARTS_IN_LOCKSTEP``)
   scipy      fit_map(method="scipy"): a Python loop of scipy L-BFGS-B with exact JAX gradients
   papers     the papers' recipe: scipy L-BFGS-B per start with finite-difference gradients
 Prints wall time, best objective and the speed-up of jax over each baseline. Run:
@@ -58,7 +61,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--starts", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--problems", nargs="*", default=["epoch_chinchilla", "form3_synthetic"])
+    ap.add_argument("--problems", nargs="*", default=["epoch_chinchilla", "form3_synthetic", "m3_sedova"])
     a = ap.parse_args(argv)
 
     ep = bs.datasets.load("chinchilla_epoch")
@@ -67,6 +70,10 @@ def main(argv=None):
         "form3_synthetic": ("ptpp_gated_floor", simulate("ptpp_gated_floor", form3_grid(), noise=0.003,
                                                          seed=1), 0.02),
     }
+    if "m3_sedova" in a.problems:
+        m3 = bs.datasets.load("bible_m3")
+        m3 = m3[(m3["pair"] == "fr-en") & (m3["n_stages"] <= 2)].reset_index(drop=True)
+        problems["m3_sedova"] = ("sedova", m3, 1e-3)
     print(f"{'problem':18s} {'method':12s} {'seconds':>9s} {'best objective':>16s} {'jax speed-up':>13s}")
     for pname, (law, df, delta) in problems.items():
         if pname not in a.problems:
@@ -78,10 +85,16 @@ def main(argv=None):
         cold = bs.fit_map(law, df, **kw)
         t_cold = time.perf_counter() - t0
         t_jax, fj = timed(lambda: bs.fit_map(law, df, method="jax", **kw), a.repeats)
+        bs.fit.STARTS_IN_LOCKSTEP = True
+        try:
+            bs.fit_map(law, df, **kw)  # compile
+            t_ls, fl = timed(lambda: bs.fit_map(law, df, method="jax", **kw), a.repeats)
+        finally:
+            bs.fit.STARTS_IN_LOCKSTEP = False
         t_sp, fs = timed(lambda: bs.fit_map(law, df, method="scipy", **kw), a.repeats)
         t_pp, best_pp = timed(lambda: papers_recipe(law, df, delta, inits), 1)
         rows = [("jax (cold)", t_cold, cold.objective), ("jax", t_jax, fj.objective),
-                ("scipy", t_sp, fs.objective), ("papers", t_pp, best_pp)]
+                ("lockstep", t_ls, fl.objective), ("scipy", t_sp, fs.objective), ("papers", t_pp, best_pp)]
         for m, t, obj in rows:
             print(f"{pname:18s} {m:12s} {t:9.2f} {obj:16.10g} {t / t_jax:12.1f}x")
         ok = fj.objective <= min(fs.objective, best_pp) * (1 + 1e-9)

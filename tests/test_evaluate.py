@@ -394,6 +394,39 @@ def test_a_fitter_can_skip_a_split_for_every_law():
     assert res.table["k"].isna().all() and (res.table["n_splits"] == 1).all()
 
 
+def test_scored_subsets_share_one_fit_and_the_pool_reaches_the_fitter():
+    """``scored``: one fit per split, each test subset scored (and skipped) on its own; ``pool``:
+    the fitter sees the pool rows on the split's training side only."""
+    df = _stub_table()
+    df["stage"] = np.where(np.arange(len(df)) % 2 == 0, 1, 2)
+    pool = pd.DataFrame({"C": 1e18 * 2.0 ** np.arange(-3, 2), "k": 1.0, "loss": 9.0})
+    splits = [ev.Split("C_ge0", "C", "f_C", ">=", 0), ev.Split("C_ge-1", "C", "f_C", ">=", -1)]
+    calls = []
+
+    class Pred:
+        def predict(self, d):  # the truth on 1-stage rows, 0.05 too high on 2-stage rows
+            return (2.0 + 1e18 / d["C"].to_numpy() * 0.1 + 0.01 * np.log2(d["k"].to_numpy())
+                    + 0.05 * (d["stage"].to_numpy() == 2))
+
+    def fitter(law, train, pool_train):
+        calls.append((len(train), sorted(np.log2(pool_train["C"] / 1e18).round().astype(int))))
+        return Pred()
+
+    out = ev.axis_splits({"p": "chinchilla"}, df, splits, fitter=fitter, pool=pool, min_rows=5,
+                         scored={"one": lambda d: d["stage"] == 1, "two": lambda d: d["stage"] == 2})
+    # one fit per split, with the pool's training side (f_C < 0, resp. < -1)
+    assert calls == [(24, [-3, -2, -1]), (16, [-3, -2])]
+    d1, d2 = out["one"].detail.set_index("split"), out["two"].detail.set_index("split")
+    assert list(d1["n_test"]) == [8, 12] and list(d2["n_test"]) == [8, 12]
+    assert (d1["r2"] > 0.9).all() and (d2["r2"] < d1["r2"]).all()
+    assert out["one"].settings["scored"] == "one"
+    # a subset below min_rows is skipped on its own; the other subset is still scored
+    out = ev.axis_splits({"p": "chinchilla"}, df, splits[:1], fitter=fitter, pool=pool,
+                         min_rows=5, scored={"all": lambda d: d["k"] > 0, "k8": lambda d: d["k"] == 8})
+    assert out["all"].detail["status"].tolist() == ["ok"]
+    assert out["k8"].detail["status"].tolist() == ["skipped"]
+
+
 def test_m3_preset_has_the_papers_18_and_13_splits():
     assert len(ev.M3_SPLITS) == 18 and len(ev.M3_SPLITS_2STAGE) == 13
     names = [s.name for s in ev.M3_SPLITS]
