@@ -422,7 +422,7 @@ class Fitter:
         f = bs.fit_map(law, train, seed=self.seed + 1, fixed=shared, **kw)
         f.settings["phase"] = "two-phase"
         f.settings["two_phase"] = {"base_law": "chinchilla_m3", "phase1_rows": len(p1),
-                                   "phase1_objective": base.objective}
+                                   "phase1_objective": base.objective, "base_ridge": base.ridge()}
         return f
 
 
@@ -529,6 +529,37 @@ def fallback_note(fits: dict) -> str:
             "on the training side): ") + "; ".join(
         f"{lab}: {len(v)} fit(s) ({', '.join(v[:6])}{', ...' if len(v) > 6 else ''})"
         for lab, v in c.items()) + "."
+
+
+def _spans(ridge: dict) -> str:
+    return ", ".join(f"{k} {lo:.3g}..{hi:.3g}" for k, (lo, hi) in ridge.items())
+
+
+def ridge_note(fits: dict) -> str:
+    """Which fits are one arbitrary point of a flat ridge (``bs.MapFit.ridge``): starts tied with
+    the best objective that disagree on a parameter. An extrapolation from such a fit depends on
+    which tied start the optimiser returns, i.e. on floating-point detail."""
+    bases, own = {}, {}
+    for (g, s, label), f in fits.items():
+        br = f.settings.get("two_phase", {}).get("base_ridge")
+        if br:
+            bases.setdefault(f"{g}/{s}", br)
+        r = f.ridge()
+        if r:
+            own.setdefault(label, []).append(f"{g}/{s} ({_spans(r)})")
+    n_pairs = len({(g, s) for g, s, _ in fits})
+    out = []
+    if bases:
+        out.append(f"Phase-1 base on a flat ridge (tied starts, objective within a relative 1e-6, disagree by "
+                   f"> 1%; `MapFit.ridge`) on {len(bases)} of {n_pairs} (pair, split)s: "
+                   + "; ".join(f"{k} ({_spans(v)})" for k, v in bases.items())
+                   + ". Every two-phase law there extrapolates from an arbitrary point of that "
+                   "ridge.")
+    if own:
+        out.append("Fits whose own parameters lie on a flat ridge: " + "; ".join(
+            f"{lab}: {len(v)} ({', '.join(v[:3])}{', ...' if len(v) > 3 else ''})"
+            for lab, v in own.items()) + ".")
+    return " ".join(out) if out else "No fit is on a flat ridge (the tied starts agree)."
 
 
 # ==================================================================================================
@@ -862,7 +893,7 @@ def run(args, df: pd.DataFrame | None = None) -> str:
 
     md += ["## Protocol", "",
            f"- Fits: Huber on log residuals, delta = {DELTA:g}, {n_starts} random starts from the "
-           "M3 Table 6 init ranges (the paper: 50), vectorised L-BFGS (`bs.fit.lbfgs_multistart`, "
+           "M3 Table 6 init ranges (the paper: 50), L-BFGS, all starts in one compiled program (`bs.fit.lbfgs_multistart`, "
            "in `bs.fit_map`).",
            "- Two-phase fit (App. C.2.4) for He, He + Dual PL, Muennighoff, ATLAS and every M3 "
            "variant: phase 1 = `chinchilla_m3` on the monolingual (r = 1), k <= 4, single-stage "
@@ -937,14 +968,15 @@ def run(args, df: pd.DataFrame | None = None) -> str:
             for name in ("d1", "d2"):
                 md += [f"Split status ({name}; `n_train/n_test`):", "",
                        md_table(split_status(res[name].detail, st.splits)), ""]
-            md += [fallback_note(res["d1"].fits), ""]
+            md += [fallback_note(res["d1"].fits), "", ridge_note(res["d1"].fits), ""]
             continue
         md += [md_table(r2_table(res.table, axes, res.detail, PAPER_AVG[key]), 2), ""]
         if res.per_group is not None and len(res.per_group):
             pg = res.per_group.reset_index().rename(columns={"group": "pair", "law": "Model"})
             md += ["Per pair:", "", md_table(pg, 2), ""]
         md += ["Split status (`n_train/n_test` per pair):", "",
-               md_table(split_status(res.detail, st.splits)), "", fallback_note(res.fits), ""]
+               md_table(split_status(res.detail, st.splits)), "", fallback_note(res.fits), "",
+               ridge_note(res.fits), ""]
 
     # ---- Table 13
     md += ["## Table 13: M3 fitted on every 1- and 2-stage row of each pair", ""]

@@ -321,6 +321,7 @@ def run(args, df: pd.DataFrame | None = None) -> str:
 
     if results:
         md += tables_section(results, bayes, bayes_note)
+        md += ridge_section(df, results)
         md += claims_section(results, bayes)
         md += figures(df, results)
     else:
@@ -389,6 +390,35 @@ def tables_section(results, bayes, bayes_note):
                 cols = ["label", "huber_log", "mae_rel", "calib_slope", *ev.PROB_METRICS]
                 md += [f"### {name}, {'no anchors' if setting == 'none' else 'anchors'}", "",
                        ev.markdown_table(t[[c for c in cols if c in t.columns]]), ""]
+    return md
+
+
+def ridge_section(df, results):
+    """How much of each MAP forecast is the optimiser's choice: the starts tied with the best
+    objective (``MapFit.tied``) fit the training stages equally well; their MAE_rel on the scored
+    test-stage rows shows how far apart their forecasts are."""
+    md = ["## Equally good fits, different forecasts (MAP)", "",
+          "Starts whose objective is within a relative 1e-6 of the best (`MapFit.tied`) fit the training "
+          "stages equally well; which one is reported is decided by floating-point detail. "
+          "Columns: the number of tied starts, the parameters on which they disagree by more "
+          "than 1% (`MapFit.ridge`) and the range of MAE_rel over the tied starts on the scored "
+          f"rows at PTPP = {TEST_PTPP} (the reported fit's value is in the tables above).", ""]
+    rows = []
+    for (domain, setting), res in results.items():
+        for (label, kind), fit in res.fits.items():
+            if kind != "map" or label not in LAWS:
+                continue
+            d = res.detail
+            idx = d[(d["label"] == label) & (d["fit"] == "map") & d["scored"]]["row"]
+            test = df.loc[idx.to_numpy()]
+            maes = [bs.metrics.mae_rel(test["loss"], np.asarray(fit.law(p, test), float))
+                    for p in fit.tied()]
+            ridge = fit.ridge()
+            rows.append({"domain": domain, "anchors": setting, "law": label,
+                         "tied starts": f"{len(maes)} of {len(fit.starts)}",
+                         "ridge": ", ".join(ridge) if ridge else "none",
+                         "MAE_rel over tied starts": f"{min(maes):.3g} .. {max(maes):.3g}"})
+    md += [ev.markdown_table(pd.DataFrame(rows)), ""]
     return md
 
 

@@ -23,7 +23,7 @@ Laplace covariance, so the linear part of the geometry (e.g. ``log A`` against `
 removed before warm-up starts and a dense mass matrix adapts the rest.
 
 The posterior *mode* reported as ``Posterior.map`` is the mode in the natural parameters
-(no Jacobian), found with the same vectorised multi-start L-BFGS as ``fit_map``.
+(no Jacobian), found with the same multi-start L-BFGS program as ``fit_map``.
 
 References: Carpenter et al. (2017) Stan, for the transform + Jacobian scheme; Vehtari et al.
 (2021) "Rank-normalization, folding, and localization" for R-hat and bulk/tail ESS; Vehtari,
@@ -1021,7 +1021,7 @@ def _find_modes(spec, data, u_ok, values, max_starts=4):
 def map_estimate(law, df, *, priors=None, likelihood="huber", fixed=None, scale=None,
                  huber_c=HUBER_C, student_df=STUDENT_DF, n_starts=16, seed=0, max_iter=1000,
                  inits=None):
-    """The posterior mode (MAP) in natural coordinates, by the vectorised multi-start L-BFGS.
+    """The posterior mode (MAP) in natural coordinates, by the multi-start L-BFGS of ``fit_map``.
 
     Natural coordinates are ``log theta`` for positive parameters and ``theta`` otherwise (where
     the default priors are Normal). With ``priors="flat"`` and ``scale=delta / huber_c`` this is

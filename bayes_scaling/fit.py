@@ -1,9 +1,10 @@
-"""Robust MAP fitting: Huber on log residuals, vectorised multi-start L-BFGS (DESIGN.md rule 2, 4).
+"""Robust MAP fitting: Huber on log residuals, multi-start L-BFGS in one compiled program (DESIGN.md
+rule 2, 4).
 
 ``fit_map`` reproduces the papers' recipe (PTPP paper Sec. 2: Huber(delta = 0.02) on log residuals,
 L-BFGS-B, positivity; M3 paper Appendix C.2: Huber(delta = 1e-3), multi-start from Table 6's init
-ranges) in one vectorised JAX program: every start is optimised at once by ``jax.vmap`` over an
-optax L-BFGS loop in an unconstrained space (each bounded parameter is mapped to the real line by
+ranges) in one compiled JAX program: every start runs an optax L-BFGS loop (one after another,
+inside the program) in an unconstrained space (each bounded parameter is mapped to the real line by
 its :class:`~bayes_scaling.laws.Param` transform, so box bounds always hold). ``method="scipy"``
 is the papers' loop of scipy L-BFGS-B runs, kept as the reference the fast path is tested against.
 """
@@ -135,7 +136,7 @@ def pad_rows(x: Mapping, y, to: int | None = None):
 
 
 # --------------------------------------------------------------------------------------------------
-# The vectorised optimiser, shared with the Bayesian layer's posterior mode.
+# The multi-start optimiser, shared with the Bayesian layer's posterior mode.
 
 
 def lbfgs_multistart(f: Callable, u0, args=(), *, max_iter=2000, gtol=1e-10, ftol=1e-13,
@@ -251,6 +252,43 @@ class MapFit:
     def n_failed(self) -> int:
         return int((~self.starts["finite"]).sum())
 
+    def tied(self, rtol: float = 1e-6) -> list[dict]:
+        """Every parameter set (fixed parameters included) of the finite starts whose objective
+        is within ``rtol`` of the best (relative, or in units of ``n delta^2`` near zero, as the
+        optimiser's stopping rule), best first. A relative 1e-6 of the objective is far below
+        anything the data can tell apart, so they fit the table equally well; how far their
+        forecasts spread shows how much of a point extrapolation is the optimiser's choice."""
+        s = self.starts[self.starts["finite"]].sort_values("objective", kind="stable")
+        scale = self.n_rows * self.settings["delta"] ** 2  # the optimiser's O(1) units
+        s = s[s["objective"] - self.objective <= rtol * max(scale, abs(self.objective))]
+        fixed = self.settings.get("fixed", {})
+        return [{p.name: float(fixed[p.name]) if p.name in fixed else float(r[p.name])
+                 for p in self.law.params} for _, r in s.iterrows()]
+
+    def ridge(self, rtol: float = 1e-6, span: float = 0.01) -> dict:
+        """Free parameters the data leave on a flat ridge: ``{name: (min, max)}`` over the
+        :meth:`tied` starts, for each parameter whose range there exceeds ``span`` times its best
+        value (in log10 units for log-scale parameters); a parameter at its bound 0 in every
+        tied start (below 1e-3 times its init range) is not listed. Empty when the tied starts
+        agree. A parameter listed here is one arbitrary point of a set of equally good fits:
+        which one the optimiser returns is decided by floating-point detail, and so is anything
+        extrapolated from it."""
+        tied = pd.DataFrame(self.tied(rtol))
+        out = {}
+        for p in self.law.params:
+            if p.name in self.settings.get("fixed", {}):
+                continue
+            lo, hi = float(tied[p.name].min()), float(tied[p.name].max())
+            if p.lower == 0 and hi < 1e-3 * p.init[0]:
+                continue  # at its bound 0 in every tied start (far below the init range)
+            if p.log_init and lo > 0:
+                wide = math.log10(hi / lo) > span
+            else:
+                wide = hi - lo > span * max(abs(self.params[p.name]), 1e-12)
+            if wide:
+                out[p.name] = (lo, hi)
+        return out
+
     def __repr__(self):
         ps = ", ".join(f"{k}={v:.6g}" for k, v in self.params.items())
         return (f"MapFit({self.law.name}: {ps}; objective={self.objective:.6g} on {self.n_rows} rows, "
@@ -315,7 +353,7 @@ def fit_map(
             for scale parameters), as the M3 paper's Table 6 grid search.
         seed: seeds the init draw.
         fixed: ``{name: value}`` parameters held fixed (e.g. a two-phase fit's base parameters).
-        method: ``"jax"`` (all starts in one vectorised L-BFGS program) or ``"scipy"`` (the papers'
+        method: ``"jax"`` (all starts in one compiled L-BFGS program) or ``"scipy"`` (the papers'
             loop of scipy L-BFGS-B runs with box bounds, one per start).
         inits: optional ``(n_starts, n_free)`` array of initial values overriding the draw.
         max_iter: iteration cap per start.

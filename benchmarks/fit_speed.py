@@ -40,8 +40,10 @@ def papers_recipe(law, df, delta, inits):
     bounds = [(p.lower + 1e-12 if np.isfinite(p.lower) else None,
                p.upper - 1e-12 if np.isfinite(p.upper) else None) for p in prob.free]
     best = np.inf
+    lo = [b[0] if b[0] is not None else -np.inf for b in bounds]
+    hi = [b[1] if b[1] is not None else np.inf for b in bounds]
     for th0 in inits:
-        res = minimize(fun, th0, method="L-BFGS-B", bounds=bounds,
+        res = minimize(fun, np.clip(th0, lo, hi), method="L-BFGS-B", bounds=bounds,
                        options={"maxiter": 2000, "ftol": 1e-15, "gtol": 1e-12})
         if np.isfinite(res.fun):
             best = min(best, res.fun)

@@ -13,7 +13,7 @@ Both configurations draw 4 chains x 1000 samples after 1000 warm-up steps, in th
 
 Wall time includes compilation and the mode search. ESS/s is the minimum bulk ESS over the
 parameters divided by the wall time. `--chain-methods` also times the default configuration with
-NumPyro's "sequential" chains and with "parallel" chains on 2 host devices (a subprocess, since
+NumPyro's "sequential" chains and with "parallel" chains on 4 host devices (one per chain, sharing the cores) (a subprocess, since
 the device count must be set before JAX starts).
 
 Usage:
@@ -140,7 +140,7 @@ def main():
     print(geometry_table(results[0]["geometry"]), flush=True)
     if args.chain_methods:
         results.append(run("default", "sequential"))
-        results.append(_subprocess("default", "parallel", 2))
+        results.append(_subprocess("default", "parallel", 4))
         print(table(results), flush=True)
     if not args.skip_naive:
         results.append(run("naive"))

@@ -143,3 +143,30 @@ def test_datablations_fit_reaches_published_objective(datablations):
     assert fit.objective <= 0.0158259 * (1 + 1e-6)
     # the optimum lies on the flat (R_D*, R_N*) ridge, not necessarily at the published point
     assert 5 < fit.params["RD_star"] < 200 and 1 < fit.params["RN_star"] < 10
+
+
+def test_ridge_names_the_parameters_the_data_leave_free():
+    """One model size: A/N^alpha is one number, so A and alpha trade off along a flat ridge with
+    identical objectives; three sizes pin them down."""
+    grid = pd.DataFrame([dict(N=n, D=d) for n in (1e8, 4e8, 1.6e9) for d in 2e9 * 2.0 ** np.arange(8)])
+    df = simulate("chinchilla", grid, noise=0.002, seed=0)
+    one = bs.fit_map("chinchilla", df[df["N"] == 4e8], delta=1e-3, n_starts=32, seed=0)
+    ridge = one.ridge()
+    assert {"A", "alpha"} <= set(ridge)
+    lo, hi = ridge["A"]
+    assert hi / lo > 10  # equally good fits over a decade of A
+    tied = one.tied()
+    assert tied[0] == one.params and len(tied) >= 3
+    fit_rows = df[df["N"] == 4e8]
+    for p in tied:  # equally good in-sample, apart at another model size
+        np.testing.assert_allclose(bs.laws.get("chinchilla")(p, fit_rows), one.predict(fit_rows),
+                                   rtol=1e-4)
+    other = df[df["N"] == 1.6e9]
+    spread = np.ptp([np.asarray(bs.laws.get("chinchilla")(p, other)) for p in tied], axis=0)
+    assert spread.max() > 0.01
+    full = bs.fit_map("chinchilla", df, delta=1e-3, n_starts=32, seed=0)
+    assert full.ridge() == {}
+    # fixed parameters are never reported
+    fixed = bs.fit_map("chinchilla", df[df["N"] == 4e8], delta=1e-3, n_starts=32, seed=0,
+                       fixed={"A": one.params["A"]})
+    assert "A" not in fixed.ridge()
