@@ -43,8 +43,11 @@ def papers_recipe(law, df, delta, inits):
     lo = [b[0] if b[0] is not None else -np.inf for b in bounds]
     hi = [b[1] if b[1] is not None else np.inf for b in bounds]
     for th0 in inits:
-        res = minimize(fun, np.clip(th0, lo, hi), method="L-BFGS-B", bounds=bounds,
-                       options={"maxiter": 2000, "ftol": 1e-15, "gtol": 1e-12})
+        try:
+            res = minimize(fun, np.clip(th0, lo, hi), method="L-BFGS-B", bounds=bounds,
+                           options={"maxiter": 2000, "ftol": 1e-15, "gtol": 1e-12})
+        except ValueError:  # scipy's finite differences step a hair outside a bound: a failed start
+            continue
         if np.isfinite(res.fun):
             best = min(best, res.fun)
     return best
