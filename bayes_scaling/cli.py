@@ -97,6 +97,12 @@ def cmd_datasets(args) -> None:
 
 
 def cmd_posterior(args) -> None:
+    import os
+
+    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        import numpyro  # one CPU device per chain (before JAX starts): parallel chains
+
+        numpyro.set_host_device_count(args.chains)
     from .bayes import posterior_command
 
     posterior_command(args.law, _read_table(args.table, args.query), args.out, method=args.method,

@@ -341,3 +341,39 @@ def test_nuts_refits_tables_of_another_size_in_one_process(chin_data):
     assert a.idata.observed_data["y"].shape == (36,)
     assert b.idata.observed_data["y"].shape == (30,)
     assert np.all(np.isfinite(b.draws("alpha")))
+
+
+def test_auto_chains_run_in_parallel_when_the_process_has_a_device_per_chain():
+    """chain_method="auto": one chain per host device when there are enough (a subprocess, since
+    the device count is fixed when JAX starts), and the chains still find the generator."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import json, sys, warnings
+import numpy as np, pandas as pd
+sys.path.insert(0, "tests")
+import bayes_scaling as bs
+from conftest import simulate
+grid = pd.DataFrame([dict(N=n, D=d) for n in (1e8, 4e8, 1.6e9) for d in 2e9 * 2.0 ** np.arange(6)])
+df = simulate("chinchilla", grid, noise=0.005, seed=3)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    post = bs.fit_posterior("chinchilla", df, num_chains=4, num_warmup=300, num_samples=300,
+                            progress_bar=False)
+alpha = np.asarray(post.idata.posterior["alpha"])
+print(json.dumps({"chain_method": post.settings["chain_method"], "shape": list(alpha.shape),
+                  "alpha": float(np.median(alpha)), "rhat": post.diagnostics["max_rhat"]}))
+"""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=root, check=True)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["chain_method"] == "parallel" and r["shape"] == [4, 300]
+    true_alpha = bs.laws.get("chinchilla").example["alpha"]
+    assert abs(r["alpha"] - true_alpha) < 0.05 and r["rhat"] < 1.05
+    # in this (one-device) process "auto" keeps the chains in one vectorised program
+    assert jax.local_device_count() == 1
