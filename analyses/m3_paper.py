@@ -550,8 +550,8 @@ def ridge_note(fits: dict) -> str:
     n_pairs = len({(g, s) for g, s, _ in fits})
     out = []
     if bases:
-        out.append(f"Phase-1 base on a flat ridge (tied starts, objective within a relative 1e-6, disagree by "
-                   f"> 1%; `MapFit.ridge`) on {len(bases)} of {n_pairs} (pair, split)s: "
+        out.append("Phase-1 base on a flat ridge (tied starts, objective within a relative 1e-6, "
+                   f"disagree by > 1%; `MapFit.ridge`) on {len(bases)} of {n_pairs} (pair, split)s: "
                    + "; ".join(f"{k} ({_spans(v)})" for k, v in bases.items())
                    + ". Every two-phase law there extrapolates from an arbitrary point of that "
                    "ridge.")
@@ -893,8 +893,8 @@ def run(args, df: pd.DataFrame | None = None) -> str:
 
     md += ["## Protocol", "",
            f"- Fits: Huber on log residuals, delta = {DELTA:g}, {n_starts} random starts from the "
-           "M3 Table 6 init ranges (the paper: 50), L-BFGS, all starts in one compiled program (`bs.fit.lbfgs_multistart`, "
-           "in `bs.fit_map`).",
+           "M3 Table 6 init ranges (the paper: 50), L-BFGS, all starts in one compiled program "
+           "(`bs.fit.lbfgs_multistart`, in `bs.fit_map`).",
            "- Two-phase fit (App. C.2.4) for He, He + Dual PL, Muennighoff, ATLAS and every M3 "
            "variant: phase 1 = `chinchilla_m3` on the monolingual (r = 1), k <= 4, single-stage "
            "rows of the training side; phase 2 = the rest with the base fixed. Chinchilla (the base "

@@ -398,8 +398,8 @@ def ridge_section(df, results):
     objective (``MapFit.tied``) fit the training stages equally well; their MAE_rel on the scored
     test-stage rows shows how far apart their forecasts are."""
     md = ["## Equally good fits, different forecasts (MAP)", "",
-          "Starts whose objective is within a relative 1e-6 of the best (`MapFit.tied`) fit the training "
-          "stages equally well; which one is reported is decided by floating-point detail. "
+          "Starts whose objective is within a relative 1e-6 of the best (`MapFit.tied`) fit the "
+          "training stages equally well; which one is reported is decided by floating-point detail. "
           "Columns: the number of tied starts, the parameters on which they disagree by more "
           "than 1% (`MapFit.ridge`) and the range of MAE_rel over the tied starts on the scored "
           f"rows at PTPP = {TEST_PTPP} (the reported fit's value is in the tables above).", ""]

@@ -412,8 +412,9 @@ def test_scored_subsets_share_one_fit_and_the_pool_reaches_the_fitter():
         calls.append((len(train), sorted(np.log2(pool_train["C"] / 1e18).round().astype(int))))
         return Pred()
 
+    by_stage = {"one": lambda d: d["stage"] == 1, "two": lambda d: d["stage"] == 2}
     out = ev.axis_splits({"p": "chinchilla"}, df, splits, fitter=fitter, pool=pool, min_rows=5,
-                         scored={"one": lambda d: d["stage"] == 1, "two": lambda d: d["stage"] == 2})
+                         scored=by_stage)
     # one fit per split, with the pool's training side (f_C < 0, resp. < -1)
     assert calls == [(24, [-3, -2, -1]), (16, [-3, -2])]
     d1, d2 = out["one"].detail.set_index("split"), out["two"].detail.set_index("split")
@@ -421,8 +422,9 @@ def test_scored_subsets_share_one_fit_and_the_pool_reaches_the_fitter():
     assert (d1["r2"] > 0.9).all() and (d2["r2"] < d1["r2"]).all()
     assert out["one"].settings["scored"] == "one"
     # a subset below min_rows is skipped on its own; the other subset is still scored
+    by_k = {"all": lambda d: d["k"] > 0, "k8": lambda d: d["k"] == 8}
     out = ev.axis_splits({"p": "chinchilla"}, df, splits[:1], fitter=fitter, pool=pool,
-                         min_rows=5, scored={"all": lambda d: d["k"] > 0, "k8": lambda d: d["k"] == 8})
+                         min_rows=5, scored=by_k)
     assert out["all"].detail["status"].tolist() == ["ok"]
     assert out["k8"].detail["status"].tolist() == ["skipped"]
 

@@ -148,7 +148,8 @@ def test_datablations_fit_reaches_published_objective(datablations):
 def test_ridge_names_the_parameters_the_data_leave_free():
     """One model size: A/N^alpha is one number, so A and alpha trade off along a flat ridge with
     identical objectives; three sizes pin them down."""
-    grid = pd.DataFrame([dict(N=n, D=d) for n in (1e8, 4e8, 1.6e9) for d in 2e9 * 2.0 ** np.arange(8)])
+    grid = pd.DataFrame([dict(N=n, D=d) for n in (1e8, 4e8, 1.6e9)
+                         for d in 2e9 * 2.0 ** np.arange(8)])
     df = simulate("chinchilla", grid, noise=0.002, seed=0)
     one = bs.fit_map("chinchilla", df[df["N"] == 4e8], delta=1e-3, n_starts=32, seed=0)
     ridge = one.ridge()
