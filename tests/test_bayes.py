@@ -1,6 +1,6 @@
 """The Bayesian layer: model identities, MAP = Huber fit, Laplace/NUTS recovery, forecasts,
 persistence, comparison, plots and a small calibration check (CI-sized; the full versions are in
-tests/test_bayes_slow.py and benchmarks/bayes_calibration.py)."""
+tests/test_bayes_slow.py and analyses/bayes_calibration.py)."""
 import math
 import warnings
 
@@ -300,7 +300,7 @@ def test_plots_write_pngs(tmp_path, chin_laplace, chin_data, epoch):
         assert (tmp_path / f).stat().st_size > 5000
 
 
-# --- calibration (small; the 50-dataset study is benchmarks/bayes_calibration.py) -----------------
+# --- calibration (small; the 50-dataset study is analyses/bayes_calibration.py) -----------------
 
 def test_laplace_calibration_on_prior_draws():
     """Truth drawn from the priors, 40 simulated 6 x 6 tables: the 90% intervals of the law's
