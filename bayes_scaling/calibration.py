@@ -102,7 +102,10 @@ def calibrate(law, grid, *, n_datasets=50, new_rows=None, interval=0.9, method="
             failed += 1
             rows.append({"dataset": i, "error": f"{type(e).__name__}: {e}"[:200]})
             continue
-        row = {"dataset": i, "ok": post.ok, "seconds": post.diagnostics["seconds"]}
+        d = post.diagnostics
+        row = {"dataset": i, "ok": post.ok, "seconds": d["seconds"]}
+        row.update({k: d[k] for k in ("max_rhat", "min_ess_bulk", "min_ess_tail", "divergences",
+                                      "pareto_k") if k in d})
         for name in post.param_names:
             x = post.draws(name)
             lo, hi = np.quantile(x, [a, 1 - a])

@@ -97,13 +97,9 @@ def cmd_datasets(args) -> None:
 
 
 def cmd_posterior(args) -> None:
-    import os
+    from .bayes import posterior_command, use_chain_devices
 
-    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-        import numpyro  # one CPU device per chain (before JAX starts): parallel chains
-
-        numpyro.set_host_device_count(args.chains)
-    from .bayes import posterior_command
+    use_chain_devices(args.chains)  # one CPU device per chain: parallel chains
 
     posterior_command(args.law, _read_table(args.table, args.query), args.out, method=args.method,
                       likelihood=args.likelihood, num_chains=args.chains,
