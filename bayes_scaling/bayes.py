@@ -1583,9 +1583,9 @@ def fit_posterior(
         chain_method: ``"auto"`` (``"parallel"`` when the process has a device per chain,
             else ``"vectorized"``), ``"vectorized"`` (all chains in one program), ``"sequential"``
             or ``"parallel"`` (one chain per device). On CPU, devices are made by calling
-            ``numpyro.set_host_device_count(num_chains)`` before JAX starts (the CLI does it):
+            ``use_chain_devices(num_chains)`` before JAX starts (the CLI does it):
             parallel chains share the cores and each stops its trees on its own; on the Form-3
-            benchmark this took 57 s against 89 s vectorized on 2 cores (BENCHMARKS.md).
+            benchmark this took 49 s against 75 s vectorized on 2 cores (BENCHMARKS.md).
         progress_bar: show NumPyro's progress bar while sampling.
         max_iter: L-BFGS iterations per start.
 
@@ -1723,7 +1723,7 @@ def fit_posterior(
 
 def use_chain_devices(num_chains: int) -> int:
     """Give this process one CPU device per chain, so ``fit_posterior``'s ``"auto"`` chain method
-    runs the chains in parallel (57 s against 89 s vectorised for the Form-3 benchmark on 2 cores,
+    runs the chains in parallel (49 s against 75 s vectorised for the Form-3 benchmark on 2 cores,
     BENCHMARKS.md). Call it before the first JAX computation; an ``XLA_FLAGS`` device count set by
     the user is left alone. Returns the number of devices the process has."""
     import os
