@@ -335,6 +335,9 @@ class Coordinates:
             ``to_params``); otherwise it is computed by forward-mode autodiff.
         with_log_det: optional ``to_params`` returning ``(params, log_det)`` in one pass (used by
             the sampler's density, so shared work is done once).
+        switch: optional ``(theta_of_s, s_hat, cov, ref) -> Coordinates | None``: looks at the
+            posterior mode (``s_hat``, Laplace covariance ``cov`` in the sampling coordinates) and
+            returns better coordinates for this table, or ``None`` to keep these.
     """
 
     name: str
@@ -347,6 +350,7 @@ class Coordinates:
     uses_law: bool = False
     log_det: Callable | None = field(default=None, repr=False)
     with_log_det: Callable | None = field(default=None, repr=False)
+    switch: Callable | None = field(default=None, repr=False)
 
 
 def gate_coordinates(beta="beta", lam="lam", zeta="zeta", variable="ptpp") -> Coordinates:
@@ -366,6 +370,12 @@ def gate_coordinates(beta="beta", lam="lam", zeta="zeta", variable="ptpp") -> Co
     below the noise, as in most tables drawn from the prior) chains fall into that point and the
     step size collapses (1e-7 on such a table, with R-hat 2.5). ``lam`` and ``zeta`` keep the map
     regular.
+
+    When the gate is visible, though, the data pin its slope, and in (``lam``, ``zeta``) that is a
+    curved ridge that drives NUTS to its maximum tree depth. So this block has a ``switch``: when
+    the slope at the posterior mode is more than ``GATE_VISIBLE_Z`` (4) Laplace standard
+    deviations from 0, ``fit_posterior`` samples in :func:`gate_slope_coordinates` instead, whose
+    singular point the chains then never approach.
     """
 
     def ref(x):
@@ -384,10 +394,71 @@ def gate_coordinates(beta="beta", lam="lam", zeta="zeta", variable="ptpp") -> Co
         # only beta depends on b (d beta / d b = beta); lam and zeta map to themselves
         return jnp.log(to_params(c, r)[beta])
 
+    def switch(theta_of_s, s_hat, cov, r):
+        # the slope at the mode and its Laplace sd (delta method in the sampling coordinates)
+        def kappa(sv):
+            th = theta_of_s(sv)
+            return gate_slope({"lam": th[lam], "zeta": th[zeta]}, r["L0"])
+
+        k = float(kappa(s_hat))
+        grad = np.asarray(jax.grad(kappa)(s_hat))
+        sd = float(np.sqrt(max(grad @ cov @ grad, 0.0)))
+        return slope_block if np.isfinite(k) and abs(k) > GATE_VISIBLE_Z * sd else None
+
+    slope_block = gate_slope_coordinates(beta, lam, zeta, variable)
     coords = (Param("gate_log_exponent", init=(-3.0, 0.0), doc="log beta_eff at the centre"),
               lam, zeta)
     return Coordinates("gate", (beta, lam, zeta), coords, to_params, from_params, ref,
-                       gate_coordinates.__doc__, log_det=log_det)
+                       gate_coordinates.__doc__, log_det=log_det, switch=switch)
+
+
+GATE_VISIBLE_Z = 4.0
+
+
+def gate_slope(p, L0):
+    """d log beta_eff / d log v at ``log v = L0``: ``-zeta (1 - s0) lam s0 / (1 - lam s0)``."""
+    s0 = jax.nn.sigmoid(p["zeta"] * L0)
+    g = p["lam"] * s0
+    return -p["zeta"] * (1.0 - s0) * g / (1.0 - g)
+
+
+def gate_slope_coordinates(beta="beta", lam="lam", zeta="zeta", variable="ptpp") -> Coordinates:
+    """Coordinates for a gate the data can see: ``b = log beta_eff(v0)``, its slope
+    ``kappa = d log beta_eff / d log v`` at ``v0`` (:func:`gate_slope`), and ``zeta``.
+
+    Inverse: ``t = -kappa / zeta`` (> 0), ``lam = t / ((t + 1 - s0) s0)``,
+    ``beta = exp(b) (t + 1 - s0) / (1 - s0)``; points with ``kappa zeta >= 0`` are outside the
+    support. On two levels of ``v`` the data pin ``b`` and ``kappa``; the ridge that is curved in
+    (``lam``, ``zeta``) is straight here. The map to ``lam`` has Jacobian ``1 / |zeta|``, singular
+    at a flat gate (``zeta = 0``), so these are used only when the slope at the mode is clearly
+    away from 0 (:func:`gate_coordinates`' switch); then the chains never come near that point.
+    """
+
+    def ref(x):
+        return {"L0": jnp.mean(jnp.log(x[variable]))}
+
+    def to_params(c, r):
+        z = c[zeta]
+        s0 = jax.nn.sigmoid(z * r["L0"])
+        t = -c["gate_slope"] / z
+        t = jnp.where(t > 0, t, jnp.nan)
+        lam_v = t / ((t + 1.0 - s0) * s0)
+        beta_v = jnp.exp(c["gate_log_exponent"]) * (t + 1.0 - s0) / (1.0 - s0)
+        return {beta: beta_v, lam: lam_v, zeta: z}
+
+    def from_params(p, r):
+        z = p[zeta]
+        s0 = jax.nn.sigmoid(z * r["L0"])
+        g = jnp.clip(p[lam] * s0, 1e-12, 1.0 - 1e-6)
+        kappa = -z * (1.0 - s0) * g / (1.0 - g)
+        return {"gate_log_exponent": jnp.log(p[beta]) + jnp.log1p(-g), "gate_slope": kappa,
+                zeta: z}
+
+    coords = (Param("gate_log_exponent", init=(-3.0, 0.0), doc="log beta_eff at the centre"),
+              Param("gate_slope", init=(-0.5, 0.5), doc="d log beta_eff / d log v at the centre"),
+              zeta)
+    return Coordinates("gate_slope", (beta, lam, zeta), coords, to_params, from_params, ref,
+                       gate_slope_coordinates.__doc__)
 
 
 def power_coordinates(coef="A", exponent="alpha", variable="N") -> Coordinates:
@@ -1585,7 +1656,7 @@ def fit_posterior(
             or ``"parallel"`` (one chain per device). On CPU, devices are made by calling
             ``use_chain_devices(num_chains)`` before JAX starts (the CLI does it):
             parallel chains share the cores and each stops its trees on its own; on the Form-3
-            benchmark this took 49 s against 75 s vectorized on 2 cores (BENCHMARKS.md).
+            benchmark this took 38 s against 54 s vectorized on 2 cores (BENCHMARKS.md).
         progress_bar: show NumPyro's progress bar while sampling.
         max_iter: L-BFGS iterations per start.
 
@@ -1617,6 +1688,7 @@ def fit_posterior(
     spec = make_spec(law, coordinates=coordinates, **kw)
     data = _data_pytree(spec, vdf)
     modes = _find_modes(spec, data, u_ok, v_ok)
+    spec, data, modes = _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw)
     t_modes = time.perf_counter() - t0
     top = modes[0]
     d = len(spec.sampled)
@@ -1721,9 +1793,29 @@ def fit_posterior(
     return post
 
 
+def _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw):
+    """Let each coordinate block with a ``switch`` look at the top mode and swap itself for
+    coordinates that suit this table better; modes are searched again in the new ones."""
+    top = modes[0]
+    ref = data["ref"]
+    blocks, changed = [], False
+    for b in spec.blocks:
+        alt = None
+        if b.switch is not None and top.hessian_ok:
+            alt = b.switch(lambda sv: spec.theta_s(sv, ref), jnp.asarray(top.s), top.cov,
+                           ref[b.name])
+        blocks.append(alt if alt is not None else b)
+        changed |= alt is not None
+    if not changed:
+        return spec, data, modes
+    new = make_spec(spec.law, coordinates=tuple(blocks), **kw)
+    data = _data_pytree(new, vdf)
+    return new, data, _find_modes(new, data, u_ok, v_ok)
+
+
 def use_chain_devices(num_chains: int) -> int:
     """Give this process one CPU device per chain, so ``fit_posterior``'s ``"auto"`` chain method
-    runs the chains in parallel (49 s against 75 s vectorised for the Form-3 benchmark on 2 cores,
+    runs the chains in parallel (38 s against 54 s vectorised for the Form-3 benchmark on 2 cores,
     BENCHMARKS.md). Call it before the first JAX computation; an ``XLA_FLAGS`` device count set by
     the user is left alone. Returns the number of devices the process has."""
     import os

@@ -6,7 +6,7 @@ Both configurations draw 4 chains x 1000 samples after 1000 warm-up steps, in th
 
 - default: `bs.fit_posterior(law, df)` (log-normal priors from the init ranges, centred sampling
   coordinates, chains started near the posterior mode, whitened by its Laplace covariance, dense
-  mass matrix, target acceptance 0.9);
+  mass matrix, target acceptance 0.99);
 - naive: plain Normal priors on the natural scale, NumPyro's default init (uniform in (-2, 2) on
   the unconstrained scale), no sampling coordinates, no whitening, diagonal mass matrix,
   target acceptance 0.8.
@@ -82,6 +82,9 @@ def sampled_geometry(post, df):
     from bayes_scaling import bayes as B
 
     spec = B.make_spec(post.law)
+    if "gate_slope" in post.settings["coordinates"]:  # fit_posterior switched (a visible gate)
+        spec = B.make_spec(post.law, coordinates=tuple(
+            B.gate_slope_coordinates() if b.name == "gate" else b for b in spec.blocks))
     ref = B._data_pytree(spec, df)["ref"]
     names = [c if isinstance(c, str) else c.name for c in spec.sampled]
     theta = {k: jnp.asarray(np.asarray(post.idata.posterior[k]).reshape(-1)) for k in spec.names}

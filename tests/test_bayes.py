@@ -99,36 +99,60 @@ def test_padding_rows_changes_no_density():
                 float(spec.log_joint_s(s, plain)), rel=1e-12)
 
 
-def test_sampling_coordinates_change_variables_exactly():
-    """log p_s(s) = log p_u(u(s)) + log |du/ds|, and s(theta(s)) = s, for the Form-3 blocks."""
+@pytest.mark.parametrize("gate", ["gate", "gate_slope"])
+def test_sampling_coordinates_change_variables_exactly(gate):
+    """log p_s(s) = log p_u(u(s)) + log |du/ds|, and s(theta(s)) = s, for the Form-3 blocks
+    (the default gate coordinates and the slope coordinates used for a visible gate)."""
     law = bs.laws.get("ptpp_gated_floor")
     df = simulate(law, form3_grid(ptpps=(15, 31)), noise=0.005, seed=0)
     spec = B.make_spec(law)
     assert [b.name for b in spec.blocks] == ["gate", "level"]
     assert {n for b in spec.blocks for n in b.params} == {"beta", "lam", "zeta", "E", "A", "B",
                                                          "C", "F"}
+    if gate == "gate_slope":
+        spec = B.make_spec(law, coordinates=(B.gate_slope_coordinates(), spec.blocks[1]))
     data = B._data_pytree(spec, df)
     ref = data["ref"]
     s0 = np.asarray(spec.s({**law.example, "sigma": 0.01}, ref))
     to_u = lambda s: spec.u(spec.theta_s(s, ref))  # noqa: E731
     rng = np.random.default_rng(1)
     names = [p.name for p in spec.sampled]
+    step = np.where(np.array(names) == "gate_slope", 0.005, 0.2)  # keep the slope's sign
     for _ in range(3):
-        s = jnp.asarray(s0 + 0.2 * rng.standard_normal(len(s0)))
+        s = jnp.asarray(s0 + step * rng.standard_normal(len(s0)))
         u = to_u(s)
         jac = jnp.linalg.slogdet(jax.jacfwd(to_u)(s))[1]
         assert float(spec.log_joint_s(s, data)) == pytest.approx(
             float(spec.log_joint(u, data) + jac), rel=1e-9, abs=1e-8)
         np.testing.assert_allclose(np.asarray(spec.s(spec.theta_s(s, ref), ref)), np.asarray(s),
                                    rtol=1e-9, atol=1e-9)
-    # the gate coordinates are the exponent of beta_eff at the centre, lam and zeta
+    # the gate coordinates: the exponent of beta_eff at the centre, then lam or its slope, zeta
     th = spec.theta_s(jnp.asarray(s0), ref)
     from bayes_scaling.laws.ptpp import beta_eff
-    L0 = float(ref["gate"]["L0"])
+    L0 = float(ref[gate]["L0"])
     b = lambda L: jnp.log(beta_eff({k: th[k] for k in ("beta", "lam", "zeta")}, jnp.exp(L)))  # noqa
     assert float(b(L0)) == pytest.approx(s0[names.index("gate_log_exponent")], rel=1e-9)
-    for k in ("lam", "zeta"):
-        assert float(th[k]) == pytest.approx(law.example[k], rel=1e-12)
+    if gate == "gate_slope":
+        assert float(jax.grad(b)(L0)) == pytest.approx(s0[names.index("gate_slope")], rel=1e-9)
+    else:
+        for k in ("lam", "zeta"):
+            assert float(th[k]) == pytest.approx(law.example[k], rel=1e-12)
+
+
+def test_the_gate_coordinates_follow_what_the_data_see():
+    """The slope coordinates straighten the ridge of a visible gate but are singular at a flat
+    one: fit_posterior switches to them only when the slope at the mode is more than
+    GATE_VISIBLE_Z Laplace sds from 0."""
+    law = bs.laws.get("ptpp_gated_floor")
+    grid = form3_grid(ptpps=(15, 31))
+    used = {}
+    for name, zeta in (("visible", law.example["zeta"]), ("flat", -1.8)):
+        df = simulate(law, grid, params={**law.example, "zeta": zeta}, noise=0.005, seed=4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            post = bs.fit_posterior(law, df, method="laplace", n_starts=8, seed=0)
+        used[name] = post.settings["coordinates"]
+    assert used == {"visible": ["gate_slope", "level"], "flat": ["gate", "level"]}
 
 
 def test_a_gate_the_data_cannot_see_leaves_zeta_to_its_prior():
