@@ -1642,8 +1642,10 @@ def fit_posterior(
             by the Pareto k of its importance ratios).
         fixed: ``{name: value}`` parameters held fixed (e.g. a two-phase fit's base).
         scale: fix sigma (no prior on it) instead of inferring it.
-        coordinates: sampling coordinates, ``"auto"`` (declared for the law), ``None`` or a tuple
-            of :class:`Coordinates`.
+        coordinates: sampling coordinates, ``"auto"`` (declared for the law, then adapted to
+            the table by each block's ``switch``, e.g. :func:`gate_coordinates`), ``None`` or a
+            tuple of :class:`Coordinates` (used as given). ``post.settings["coordinates"]``
+            names the blocks sampled.
         n_starts: multi-start size of the mode search.
         init: ``"map"`` (chains start near the modes, jittered by half their Laplace sd) or
             ``"uniform"`` (NumPyro's default: uniform in (-2, 2) on the unconstrained scale).
@@ -1688,7 +1690,8 @@ def fit_posterior(
     spec = make_spec(law, coordinates=coordinates, **kw)
     data = _data_pytree(spec, vdf)
     modes = _find_modes(spec, data, u_ok, v_ok)
-    spec, data, modes = _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw)
+    if coordinates == "auto":
+        spec, data, modes = _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw)
     t_modes = time.perf_counter() - t0
     top = modes[0]
     d = len(spec.sampled)

@@ -145,14 +145,20 @@ def test_the_gate_coordinates_follow_what_the_data_see():
     GATE_VISIBLE_Z Laplace sds from 0."""
     law = bs.laws.get("ptpp_gated_floor")
     grid = form3_grid(ptpps=(15, 31))
-    used = {}
+    used, tables = {}, {}
     for name, zeta in (("visible", law.example["zeta"]), ("flat", -1.8)):
         df = simulate(law, grid, params={**law.example, "zeta": zeta}, noise=0.005, seed=4)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             post = bs.fit_posterior(law, df, method="laplace", n_starts=8, seed=0)
-        used[name] = post.settings["coordinates"]
+        used[name], tables[name] = post.settings["coordinates"], df
     assert used == {"visible": ["gate_slope", "level"], "flat": ["gate", "level"]}
+    # coordinates given explicitly are used as given, even for a visible gate
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        post = bs.fit_posterior(law, tables["visible"], method="laplace", n_starts=8, seed=0,
+                                coordinates=B.make_spec(law).blocks)
+    assert post.settings["coordinates"] == ["gate", "level"]
 
 
 def test_a_gate_the_data_cannot_see_leaves_zeta_to_its_prior():
