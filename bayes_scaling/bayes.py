@@ -147,11 +147,76 @@ def _truncnorm(m, s, low, high):
     return dist.TruncatedNormal(m, s, low=low, high=high)
 
 
+@dataclass(frozen=True, eq=False)
+class AtReference:
+    """The prior of a power term's coefficient ``c`` stated for the term at a reference value
+    ``v_ref`` of its variable: ``c v_ref^-exponent ~ base``, given the exponent (so
+    ``c | exponent ~ base scaled by v_ref^exponent``).
+
+    Why: a coefficient alone is the term's value at ``v = 1``, a point far outside the data for a
+    PTPP floor ``F / PTPP^eta`` (PTPP 1 is no checkpoint anyone adapts). With independent priors on
+    ``F`` and ``eta``, the floor at realistic PTPPs is ``F`` times a factor that spans orders of
+    magnitude with ``eta``, and a large ``eta`` becomes a way to switch the floor off: on two PTPP
+    levels the posterior then reaches ``eta`` of 10 to 50 in long excursions along a banana
+    (``log F - eta log PTPP`` pinned while ``log eta`` wanders). Stated at ``v_ref`` the floor's
+    size and its decay are a priori independent.
+    """
+
+    base: dist.Distribution
+    exponent: str
+    log_ref: float
+
+    def given(self, exponent_value) -> dist.Distribution:
+        """The prior of the coefficient for this value of the exponent."""
+        return dist.TransformedDistribution(
+            self.base, dist.transforms.AffineTransform(0.0, jnp.exp(exponent_value * self.log_ref)))
+
+
+# Laws whose coefficient priors are stated at a reference value of a variable (by law function).
+PRIOR_REFERENCES: dict[Callable, tuple] = {}
+PTPP_REF = 20.0  # the Chinchilla-optimal budget: early-stage checkpoints sit around it
+
+
+def register_prior_reference(fn: Callable, coef: str, exponent: str, reference: float):
+    """Declare that the default prior of ``coef`` (a power term ``coef / v^exponent``) is stated
+    for the term at ``v = reference`` (:class:`AtReference`), for every law whose function is
+    ``fn``."""
+    PRIOR_REFERENCES[fn] = PRIOR_REFERENCES.get(fn, ()) + ((coef, exponent, float(reference)),)
+
+
+@functools.lru_cache(maxsize=None)
+def _at_reference(p: Param, exponent: str, reference: float) -> AtReference:
+    return AtReference(default_prior(p), exponent, math.log(reference))
+
+
 def default_priors(law) -> dict[str, dist.Distribution]:
-    """``{name: prior}`` for every parameter of ``law`` plus the scale ``sigma``."""
+    """``{name: prior}`` for every parameter of ``law`` plus the scale ``sigma``; a coefficient
+    declared with :func:`register_prior_reference` gets an :class:`AtReference` prior."""
     law = get_law(law)
     out = {p.name: default_prior(p) for p in law.params}
+    params = {p.name: p for p in law.params}
+    for coef, exponent, ref in PRIOR_REFERENCES.get(law.fn, ()):
+        out[coef] = _at_reference(params[coef], exponent, ref)
     out["sigma"] = default_prior(SCALE)
+    return out
+
+
+def prior_given(priors: dict, name: str, values: Mapping):
+    """The prior of ``name`` as a distribution, given the other parameters' ``values`` (only an
+    :class:`AtReference` prior depends on them)."""
+    d = priors[name]
+    return d.given(values[d.exponent]) if isinstance(d, AtReference) else d
+
+
+def draw_prior(priors: dict, key, fixed: Mapping | None = None) -> dict:
+    """One draw of every parameter in ``priors`` (``fixed`` values given), conditional priors
+    after the parameters they depend on."""
+    names = sorted(priors, key=lambda n: isinstance(priors[n], AtReference))
+    keys = jax.random.split(key, len(names))
+    out = dict(fixed or {})
+    for k, n in zip(keys, names):
+        if n not in out:
+            out[n] = float(prior_given(priors, n, out).sample(k))
     return out
 
 
@@ -159,13 +224,24 @@ def prior_table(law) -> pd.DataFrame:
     """The default priors of ``law`` as a table: bounds, init range, prior, its 5%/50%/95% quantiles."""
     law = get_law(law)
     rows = []
+    pri = default_priors(law)
+    refs = {c: (e, r) for c, e, r in PRIOR_REFERENCES.get(law.fn, ())}
     for p in (*law.params, SCALE):
-        d = default_prior(p)
-        draws = np.asarray(d.sample(jax.random.PRNGKey(0), (20000,)))
+        d = pri[p.name]
+        if isinstance(d, AtReference):  # the marginal, over the exponent's prior
+            k1, k2 = jax.random.split(jax.random.PRNGKey(0))
+            e = pri[d.exponent].sample(k1, (20000,))
+            draws = np.asarray(d.base.sample(k2, (20000,)) * jnp.exp(e * d.log_ref))
+        else:
+            draws = np.asarray(d.sample(jax.random.PRNGKey(0), (20000,)))
         q = np.quantile(draws, [0.05, 0.5, 0.95])
         lo, hi = p.init
         m, s = _prior_loc_scale(p)
-        desc = f"{'log ' if log_scale(p) else ''}{p.name} ~ N({m:.3g}, {s:.3g})"
+        term = p.name
+        if p.name in refs:
+            e, r = refs[p.name]
+            term = f"({p.name} {r:g}^-{e})"
+        desc = f"{'log ' if log_scale(p) else ''}{term} ~ N({m:.3g}, {s:.3g})"
         if math.isfinite(p.lower) or math.isfinite(p.upper):
             desc += f" on [{p.lower:g}, {p.upper:g}]"
         rows.append(dict(param=p.name, lower=p.lower, upper=p.upper, init=f"{lo:g} .. {hi:g}",
@@ -238,11 +314,13 @@ class OnUnconstrained(dist.Distribution):
         return self.prior.log_prob(theta) + log_abs_det_jacobian(self.param, u)
 
     def sample(self, key, sample_shape=()):
-        from .laws._spec import clip_inside
-
-        theta = np.asarray(self.prior.sample(key, sample_shape))
-        theta = clip_inside(theta, self.param.lower, self.param.upper)
-        return self.param.to_unconstrained(jnp.asarray(theta))
+        theta = self.prior.sample(key, sample_shape)
+        lo, hi, rel = self.param.lower, self.param.upper, 1e-9
+        if math.isfinite(lo):
+            theta = jnp.maximum(theta, lo + rel * max(1.0, abs(lo)))
+        if math.isfinite(hi):
+            theta = jnp.minimum(theta, hi - rel * max(1.0, abs(hi)))
+        return self.param.to_unconstrained(theta)
 
 
 # ==================================================================================================
@@ -403,9 +481,10 @@ def gate_coordinates(beta="beta", lam="lam", zeta="zeta", variable="ptpp") -> Co
         k = float(kappa(s_hat))
         grad = np.asarray(jax.grad(kappa)(s_hat))
         sd = float(np.sqrt(max(grad @ cov @ grad, 0.0)))
-        return slope_block if np.isfinite(k) and abs(k) > GATE_VISIBLE_Z * sd else None
+        if not (np.isfinite(k) and abs(k) > GATE_VISIBLE_Z * sd):
+            return None
+        return gate_slope_coordinates(beta, lam, zeta, variable, sign=-np.sign(k))
 
-    slope_block = gate_slope_coordinates(beta, lam, zeta, variable)
     coords = (Param("gate_log_exponent", init=(-3.0, 0.0), doc="log beta_eff at the centre"),
               lam, zeta)
     return Coordinates("gate", (beta, lam, zeta), coords, to_params, from_params, ref,
@@ -422,23 +501,29 @@ def gate_slope(p, L0):
     return -p["zeta"] * (1.0 - s0) * g / (1.0 - g)
 
 
-def gate_slope_coordinates(beta="beta", lam="lam", zeta="zeta", variable="ptpp") -> Coordinates:
+def gate_slope_coordinates(beta="beta", lam="lam", zeta="zeta", variable="ptpp",
+                           sign=1) -> Coordinates:
     """Coordinates for a gate the data can see: ``b = log beta_eff(v0)``, its slope
-    ``kappa = d log beta_eff / d log v`` at ``v0`` (:func:`gate_slope`), and ``zeta``.
+    ``kappa = d log beta_eff / d log v`` at ``v0`` (:func:`gate_slope`), and ``log |zeta|``.
 
-    Inverse: ``t = -kappa / zeta`` (> 0), ``lam = t / ((t + 1 - s0) s0)``,
-    ``beta = exp(b) (t + 1 - s0) / (1 - s0)``; points with ``kappa zeta >= 0`` are outside the
-    support. On two levels of ``v`` the data pin ``b`` and ``kappa``; the ridge that is curved in
-    (``lam``, ``zeta``) is straight here. The map to ``lam`` has Jacobian ``1 / |zeta|``, singular
-    at a flat gate (``zeta = 0``), so these are used only when the slope at the mode is clearly
-    away from 0 (:func:`gate_coordinates`' switch); then the chains never come near that point.
+    Inverse: ``zeta = sign exp(gate_log_abs_zeta)``, ``t = -kappa / zeta`` (> 0),
+    ``lam = t / ((t + 1 - s0) s0)``, ``beta = exp(b) (t + 1 - s0) / (1 - s0)``. On two levels of
+    ``v`` the data pin ``b`` and ``kappa``; the ridge that is curved in (``lam``, ``zeta``) is
+    straight here. A slope requires ``kappa zeta < 0``: ``zeta``'s sign is the one the slope at the
+    posterior mode implies (``sign = -sign(kappa)``, chosen by :func:`gate_coordinates`' switch)
+    and ``zeta`` is sampled on the log scale, so the coordinates cover exactly the support. (With
+    ``zeta`` sampled as itself, a trajectory could step across ``zeta = 0`` into points outside
+    it, which NUTS reports as divergences.) The map to ``lam`` is singular at a flat gate
+    (``zeta = 0``), which is why these are used only when the slope at the mode is clearly away
+    from 0.
     """
+    sign = 1.0 if sign >= 0 else -1.0
 
     def ref(x):
         return {"L0": jnp.mean(jnp.log(x[variable]))}
 
     def to_params(c, r):
-        z = c[zeta]
+        z = sign * jnp.exp(c["gate_log_abs_zeta"])
         s0 = jax.nn.sigmoid(z * r["L0"])
         t = -c["gate_slope"] / z
         t = jnp.where(t > 0, t, jnp.nan)
@@ -452,11 +537,11 @@ def gate_slope_coordinates(beta="beta", lam="lam", zeta="zeta", variable="ptpp")
         g = jnp.clip(p[lam] * s0, 1e-12, 1.0 - 1e-6)
         kappa = -z * (1.0 - s0) * g / (1.0 - g)
         return {"gate_log_exponent": jnp.log(p[beta]) + jnp.log1p(-g), "gate_slope": kappa,
-                zeta: z}
+                "gate_log_abs_zeta": jnp.log(jnp.abs(z))}
 
     coords = (Param("gate_log_exponent", init=(-3.0, 0.0), doc="log beta_eff at the centre"),
               Param("gate_slope", init=(-0.5, 0.5), doc="d log beta_eff / d log v at the centre"),
-              zeta)
+              Param("gate_log_abs_zeta", init=(-3.0, 1.0), doc="log |zeta| (zeta's sign fixed)"))
     return Coordinates("gate_slope", (beta, lam, zeta), coords, to_params, from_params, ref,
                        gate_slope_coordinates.__doc__)
 
@@ -592,6 +677,8 @@ def _register_builtin_coordinates():
     register_coordinates(ptpp._floor, size, data, barrier, floor, linear=lin + ("F",))
     register_coordinates(ptpp._gated, size, gate, barrier, linear=lin)
     register_coordinates(ptpp._gated_floor, size, gate, barrier, floor, linear=lin + ("F",))
+    for fn in (ptpp._floor, ptpp._gated_floor):
+        register_prior_reference(fn, "F", "eta", PTPP_REF)
     try:
         from .laws import m3
     except ImportError:  # pragma: no cover
@@ -753,7 +840,9 @@ class Spec:
 
     def log_prior(self, theta):
         """Sum of the priors' log densities at the natural values (no Jacobian)."""
-        return sum(self.priors[p.name].log_prob(theta[p.name]) for p in self.free)
+        values = {**self.fixed, **theta}
+        return sum(prior_given(self.priors, p.name, values).log_prob(theta[p.name])
+                   for p in self.free)
 
     def _inside(self, theta):
         ok = True
@@ -900,8 +989,10 @@ def _numpyro_model(spec: Spec):
 
     def model(x, y=None):
         theta = {}
-        for p in spec.free:
-            u = numpyro.sample(f"{p.name}_u", OnUnconstrained(spec.priors[p.name], p))
+        # conditional priors after the parameters they depend on
+        for p in sorted(spec.free, key=lambda q: isinstance(spec.priors[q.name], AtReference)):
+            prior = prior_given(spec.priors, p.name, {**fixed, **theta})
+            u = numpyro.sample(f"{p.name}_u", OnUnconstrained(prior, p))
             theta[p.name] = numpyro.deterministic(p.name, p.from_unconstrained(u))
         sigma = theta["sigma"] if spec.scale is None else spec.scale
         mu = jnp.log(spec.law.fn(spec.law_params(theta, fixed), x))
@@ -1227,6 +1318,8 @@ class Posterior:
         modes: distinct local modes found by the optimiser (relative Laplace mass, parameters).
         settings: how it was fitted (law, likelihood, priors, fixed values, sampler settings).
         data_hash: hash of the fitted columns.
+        spec: the model as it was sampled, sampling coordinates included (``None`` for a
+            posterior loaded from disk).
     """
 
     law: Law
@@ -1236,6 +1329,7 @@ class Posterior:
     modes: pd.DataFrame
     settings: dict
     data_hash: str
+    spec: Spec | None = field(default=None, repr=False)
 
     # --- convergence -----------------------------------------------------------------------------
     @property
@@ -1658,7 +1752,7 @@ def fit_posterior(
             or ``"parallel"`` (one chain per device). On CPU, devices are made by calling
             ``use_chain_devices(num_chains)`` before JAX starts (the CLI does it):
             parallel chains share the cores and each stops its trees on its own; on the Form-3
-            benchmark this took 38 s against 54 s vectorized on 2 cores (BENCHMARKS.md).
+            benchmark this took 34 s against 55 s vectorized on 2 cores (BENCHMARKS.md).
         progress_bar: show NumPyro's progress bar while sampling.
         max_iter: L-BFGS iterations per start.
 
@@ -1788,7 +1882,7 @@ def fit_posterior(
         "map_neg_log_post": neg_lp_map, "clipped": vdf.attrs.get("clipped", {}),
     }
     post = Posterior(law, idata, map_params, diag, modes_df, settings,
-                     data_hash(vdf, list(cols) + ["loss"]))
+                     data_hash(vdf, list(cols) + ["loss"]), spec)
     _warn_diagnostics(law.name, diag)
     if len(modes) > 1 and (method == "laplace" or len(diag.get("chain_groups", [])) > 1):
         warnings.warn(f"the posterior of {law.name} has {len(modes)} separated modes:\n"
@@ -1818,7 +1912,7 @@ def _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw):
 
 def use_chain_devices(num_chains: int) -> int:
     """Give this process one CPU device per chain, so ``fit_posterior``'s ``"auto"`` chain method
-    runs the chains in parallel (38 s against 54 s vectorised for the Form-3 benchmark on 2 cores,
+    runs the chains in parallel (34 s against 55 s vectorised for the Form-3 benchmark on 2 cores,
     BENCHMARKS.md). Call it before the first JAX computation; an ``XLA_FLAGS`` device count set by
     the user is left alone. Returns the number of devices the process has."""
     import os
@@ -1870,7 +1964,10 @@ def _describe_priors(spec, priors):
             out[p.name] = "flat"
         else:
             m, s = _prior_loc_scale(p)
-            out[p.name] = f"default: {'log ' if log_scale(p) else ''}{p.name} ~ N({m:.4g}, {s:.4g})"
+            term = p.name
+            if isinstance(d, AtReference):
+                term = f"({p.name} {math.exp(d.log_ref):g}^-{d.exponent})"
+            out[p.name] = f"default: {'log ' if log_scale(p) else ''}{term} ~ N({m:.4g}, {s:.4g})"
     return out
 
 

@@ -32,11 +32,7 @@ from .laws import get as get_law
 def draw_truth(law, seed, *, fixed=None):
     """One draw of every free parameter and ``sigma`` from the default priors."""
     law = get_law(law)
-    pri = _bayes.default_priors(law)
-    keys = jax.random.split(jax.random.PRNGKey(seed), len(pri))
-    out = {k: float(d.sample(kk)) for (k, d), kk in zip(pri.items(), keys)}
-    out.update(dict(fixed or {}))
-    return out
+    return _bayes.draw_prior(_bayes.default_priors(law), jax.random.PRNGKey(seed), fixed)
 
 
 def simulate_table(law, grid, truth, seed, likelihood="huber"):

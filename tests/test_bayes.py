@@ -139,6 +139,32 @@ def test_sampling_coordinates_change_variables_exactly(gate):
             assert float(th[k]) == pytest.approx(law.example[k], rel=1e-12)
 
 
+@pytest.mark.parametrize("zeta", [0.5, -0.7])
+def test_the_slope_coordinates_cover_exactly_the_gates_support(zeta):
+    """With the slope's sign given, every point of the slope coordinates is a gate (lam > 0,
+    beta > 0, zeta of the sign the slope implies) and maps back to itself: a NUTS trajectory cannot
+    step outside the support (with zeta sampled as itself it could, across zeta = 0)."""
+    L0 = float(np.log(21.6))
+    p = {"beta": 0.3, "lam": 0.5, "zeta": zeta}
+    kappa = float(B.gate_slope(p, L0))
+    block = B.gate_slope_coordinates(sign=-np.sign(kappa))
+    r = {"L0": jnp.asarray(L0)}
+    c0 = block.from_params({k: jnp.asarray(v) for k, v in p.items()}, r)
+    assert float(c0["gate_slope"]) == pytest.approx(kappa, rel=1e-12)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        c = {k: v + rng.standard_normal() for k, v in c0.items()}
+        c["gate_slope"] = c0["gate_slope"] * np.exp(rng.standard_normal())  # keep the sign
+        th = block.to_params(c, r)
+        assert float(th["lam"]) > 0 and float(th["beta"]) > 0
+        assert np.sign(float(th["zeta"])) == np.sign(zeta)
+        if float(th["lam"] * jax.nn.sigmoid(th["zeta"] * L0)) > 1 - 1e-5:
+            continue  # a gate saturated at the centre: from_params clips it (for inits)
+        back = block.from_params(th, r)
+        for k in c:
+            assert float(back[k]) == pytest.approx(float(c[k]), rel=1e-6, abs=1e-9)
+
+
 def test_the_gate_coordinates_follow_what_the_data_see():
     """The slope coordinates straighten the ridge of a visible gate but are singular at a flat
     one: fit_posterior switches to them only when the slope at the mode is more than
@@ -204,7 +230,10 @@ def test_default_priors_put_90_percent_on_the_init_range(law):
     law = bs.laws.get(law)
     priors = B.default_priors(law)
     for p in law.params:
-        x = np.asarray(priors[p.name].sample(jax.random.PRNGKey(1), (20000,)))
+        d = priors[p.name]
+        if isinstance(d, B.AtReference):  # stated for the term at the reference (F 20^-eta)
+            d = d.base
+        x = np.asarray(d.sample(jax.random.PRNGKey(1), (20000,)))
         assert np.all((x >= p.lower) & (x <= p.upper)), p.name
         lo, hi = p.init
         inside = np.mean((x >= lo) & (x <= hi))
@@ -212,6 +241,44 @@ def test_default_priors_put_90_percent_on_the_init_range(law):
         assert 0.88 <= inside <= 1.0, (p.name, inside)
     table = B.prior_table(law)
     assert list(table["param"]) == [*law.param_names, "sigma"]
+
+
+@pytest.mark.parametrize("law", ["ptpp_floor", "ptpp_gated_floor", "ptpp_floor_m3"])
+def test_the_floor_prior_is_stated_at_the_reference_ptpp(law):
+    """F's default prior is on the floor at PTPP 20, F 20^-eta, independent of eta: the model
+    density, the NumPyro model and the prior draws all say so."""
+    law = bs.laws.get(law)
+    priors = B.default_priors(law)
+    assert isinstance(priors["F"], B.AtReference) and priors["F"].exponent == "eta"
+    draws = [B.draw_prior(priors, jax.random.PRNGKey(i)) for i in range(2000)]
+    floor20 = np.log([d["F"] * B.PTPP_REF ** -d["eta"] for d in draws])
+    log_eta = np.log([d["eta"] for d in draws])
+    assert abs(np.corrcoef(floor20, log_eta)[0, 1]) < 0.08
+    m, s = B._prior_loc_scale(next(p for p in law.params if p.name == "F"))
+    assert np.mean(floor20) == pytest.approx(m, abs=0.2)
+    assert np.std(floor20) == pytest.approx(s, rel=0.08)
+    # the NumPyro model's prior draws
+    from numpyro.infer import Predictive
+    x = {v: jnp.full(3, 20.0) for v in law.variables}
+    pr = Predictive(B.build_model(law), num_samples=2000)(jax.random.PRNGKey(0), x)
+    f20 = np.log(np.asarray(pr["F"]) * 20.0 ** -np.asarray(pr["eta"]))
+    assert np.std(f20) == pytest.approx(s, rel=0.08)
+    assert abs(np.corrcoef(f20, np.log(np.asarray(pr["eta"])))[0, 1]) < 0.08
+    # the density: log N(log F - eta log 20; m, s) - log F, the rest unchanged
+    spec = B.make_spec(law)
+    th = {**law.example, "sigma": 0.01}
+    th2 = {**th, "F": 3.0, "eta": 0.9}
+    from scipy import stats
+    def logp_F(t):
+        return stats.norm.logpdf(np.log(t["F"]) - t["eta"] * np.log(20.0), m, s) - np.log(t["F"])
+    def logp_eta(t):
+        return float(priors["eta"].log_prob(t["eta"]))
+    diff = float(spec.log_prior(th2) - spec.log_prior(th))
+    assert diff == pytest.approx(logp_F(th2) - logp_F(th) + logp_eta(th2) - logp_eta(th), rel=1e-9)
+    # a prior given by the user replaces it
+    import numpyro.distributions as dist
+    user = B.make_spec(law, priors={"F": dist.LogNormal(0.0, 1.0)})
+    assert not isinstance(user.priors["F"], B.AtReference)
 
 
 def test_unknown_prior_names_and_bad_options_raise(chin_data):
