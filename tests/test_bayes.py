@@ -99,7 +99,7 @@ def test_padding_rows_changes_no_density():
                 float(spec.log_joint_s(s, plain)), rel=1e-12)
 
 
-@pytest.mark.parametrize("gate", ["gate", "gate_slope"])
+@pytest.mark.parametrize("gate", ["gate", "gate_slope", "gate_slope_log_zeta"])
 def test_sampling_coordinates_change_variables_exactly(gate):
     """log p_s(s) = log p_u(u(s)) + log |du/ds|, and s(theta(s)) = s, for the Form-3 blocks
     (the default gate coordinates and the slope coordinates used for a visible gate)."""
@@ -109,8 +109,10 @@ def test_sampling_coordinates_change_variables_exactly(gate):
     assert [b.name for b in spec.blocks] == ["gate", "level"]
     assert {n for b in spec.blocks for n in b.params} == {"beta", "lam", "zeta", "E", "A", "B",
                                                          "C", "F"}
-    if gate == "gate_slope":
-        spec = B.make_spec(law, coordinates=(B.gate_slope_coordinates(), spec.blocks[1]))
+    if gate.startswith("gate_slope"):
+        block = B.gate_slope_coordinates(sign=1 if gate.endswith("log_zeta") else None)
+        spec = B.make_spec(law, coordinates=(block, spec.blocks[1]))
+        gate = "gate_slope"
     data = B._data_pytree(spec, df)
     ref = data["ref"]
     s0 = np.asarray(spec.s({**law.example, "sigma": 0.01}, ref))
@@ -185,6 +187,14 @@ def test_the_gate_coordinates_follow_what_the_data_see():
         post = bs.fit_posterior(law, tables["visible"], method="laplace", n_starts=8, seed=0,
                                 coordinates=B.make_spec(law).blocks)
     assert post.settings["coordinates"] == ["gate", "level"]
+    # NUTS samples a visible gate's zeta on the log scale, with the sign of the slope at the mode
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        post = bs.fit_posterior(law, tables["visible"], n_starts=8, seed=0, num_chains=1,
+                                num_warmup=20, num_samples=20, progress_bar=False)
+    sampled = [c if isinstance(c, str) else c.name for c in post.spec.sampled]
+    assert "gate_log_abs_zeta" in sampled and "zeta" not in sampled
+    assert np.all(np.asarray(post.idata.posterior["zeta"]) > 0)
 
 
 def test_a_gate_the_data_cannot_see_leaves_zeta_to_its_prior():
