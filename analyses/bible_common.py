@@ -87,8 +87,21 @@ def posterior(law, df, *, seed=0, kind="auto", posterior_kw=None):
     return bs.fit_posterior(law, df, seed=seed, **kw), f"bs.fit_posterior ({kw.get('method', 'nuts')})"
 
 
+def _model_code_hash() -> str:
+    """Hash of the package's source: a saved posterior is stale once the model code (priors,
+    sampling coordinates, laws) has changed."""
+    import hashlib
+    from pathlib import Path
+
+    h = hashlib.sha256()
+    for f in sorted(Path(bs.__file__).parent.rglob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def cached_posterior(law, df, path, *, seed=0, kind="auto", posterior_kw=None):
-    """:func:`posterior`, reusing ``path`` (netCDF) when it was fitted on the same rows and law."""
+    """:func:`posterior`, reusing ``path`` (netCDF) when it was fitted on the same rows and law
+    by the same package code."""
     from pathlib import Path
 
     from bayes_scaling.objective import data_hash
@@ -96,7 +109,7 @@ def cached_posterior(law, df, path, *, seed=0, kind="auto", posterior_kw=None):
     path = Path(path)
     cols = [law.column(v) for v in law.variables if law.column(v) in df] + ["loss"]
     key = {"law": law.name, "rows": int(len(df)), "hash": data_hash(df, cols), "kind": kind,
-           "kw": posterior_kw or {}, "seed": seed}
+           "kw": posterior_kw or {}, "seed": seed, "code": _model_code_hash()}
     meta = path.with_suffix(".json")
     if path.exists() and meta.exists() and json.loads(meta.read_text()) == key:
         post = bs.load_posterior(path)
