@@ -166,6 +166,10 @@ class AtReference:
     exponent: str
     log_ref: float
 
+    def term(self, name: str) -> str:
+        """How the stated quantity reads, e.g. ``(F 20^-eta)``."""
+        return f"({name} {math.exp(self.log_ref):g}^-{self.exponent})"
+
     def given(self, exponent_value) -> dist.Distribution:
         """The prior of the coefficient for this value of the exponent."""
         return dist.TransformedDistribution(
@@ -184,7 +188,7 @@ def register_prior_reference(fn: Callable, coef: str, exponent: str, reference: 
     PRIOR_REFERENCES[fn] = PRIOR_REFERENCES.get(fn, ()) + ((coef, exponent, float(reference)),)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _at_reference(p: Param, exponent: str, reference: float) -> AtReference:
     return AtReference(default_prior(p), exponent, math.log(reference))
 
@@ -225,7 +229,6 @@ def prior_table(law) -> pd.DataFrame:
     law = get_law(law)
     rows = []
     pri = default_priors(law)
-    refs = {c: (e, r) for c, e, r in PRIOR_REFERENCES.get(law.fn, ())}
     for p in (*law.params, SCALE):
         d = pri[p.name]
         if isinstance(d, AtReference):  # the marginal, over the exponent's prior
@@ -237,10 +240,7 @@ def prior_table(law) -> pd.DataFrame:
         q = np.quantile(draws, [0.05, 0.5, 0.95])
         lo, hi = p.init
         m, s = _prior_loc_scale(p)
-        term = p.name
-        if p.name in refs:
-            e, r = refs[p.name]
-            term = f"({p.name} {r:g}^-{e})"
+        term = d.term(p.name) if isinstance(d, AtReference) else p.name
         desc = f"{'log ' if log_scale(p) else ''}{term} ~ N({m:.3g}, {s:.3g})"
         if math.isfinite(p.lower) or math.isfinite(p.upper):
             desc += f" on [{p.lower:g}, {p.upper:g}]"
@@ -1982,9 +1982,7 @@ def _describe_priors(spec, priors):
             out[p.name] = "flat"
         else:
             m, s = _prior_loc_scale(p)
-            term = p.name
-            if isinstance(d, AtReference):
-                term = f"({p.name} {math.exp(d.log_ref):g}^-{d.exponent})"
+            term = d.term(p.name) if isinstance(d, AtReference) else p.name
             out[p.name] = f"default: {'log ' if log_scale(p) else ''}{term} ~ N({m:.4g}, {s:.4g})"
     return out
 

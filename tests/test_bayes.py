@@ -163,8 +163,8 @@ def test_the_slope_coordinates_cover_exactly_the_gates_support(zeta):
         if float(th["lam"] * jax.nn.sigmoid(th["zeta"] * L0)) > 1 - 1e-5:
             continue  # a gate saturated at the centre: from_params clips it (for inits)
         back = block.from_params(th, r)
-        for k in c:
-            assert float(back[k]) == pytest.approx(float(c[k]), rel=1e-6, abs=1e-9)
+        for k, v in c.items():
+            assert float(back[k]) == pytest.approx(float(v), rel=1e-6, abs=1e-9)
 
 
 def test_the_gate_coordinates_follow_what_the_data_see():
