@@ -212,10 +212,16 @@ def prior_given(priors: dict, name: str, values: Mapping):
     return d.given(values[d.exponent]) if isinstance(d, AtReference) else d
 
 
+def prior_order(priors: dict, names) -> list:
+    """``names`` in an order where every conditional (:class:`AtReference`) prior comes after the
+    parameters it depends on."""
+    return sorted(names, key=lambda n: isinstance(priors[n], AtReference))
+
+
 def draw_prior(priors: dict, key, fixed: Mapping | None = None) -> dict:
     """One draw of every parameter in ``priors`` (``fixed`` values given), conditional priors
     after the parameters they depend on."""
-    names = sorted(priors, key=lambda n: isinstance(priors[n], AtReference))
+    names = prior_order(priors, priors)
     keys = jax.random.split(key, len(names))
     out = dict(fixed or {})
     for k, n in zip(keys, names):
@@ -233,8 +239,7 @@ def prior_table(law) -> pd.DataFrame:
         d = pri[p.name]
         if isinstance(d, AtReference):  # the marginal, over the exponent's prior
             k1, k2 = jax.random.split(jax.random.PRNGKey(0))
-            e = pri[d.exponent].sample(k1, (20000,))
-            draws = np.asarray(d.base.sample(k2, (20000,)) * jnp.exp(e * d.log_ref))
+            draws = np.asarray(d.given(pri[d.exponent].sample(k1, (20000,))).sample(k2))
         else:
             draws = np.asarray(d.sample(jax.random.PRNGKey(0), (20000,)))
         q = np.quantile(draws, [0.05, 0.5, 0.95])
@@ -998,7 +1003,8 @@ def _numpyro_model(spec: Spec):
     def model(x, y=None):
         theta = {}
         # conditional priors after the parameters they depend on
-        for p in sorted(spec.free, key=lambda q: isinstance(spec.priors[q.name], AtReference)):
+        free = {p.name: p for p in spec.free}
+        for p in (free[n] for n in prior_order(spec.priors, free)):
             prior = prior_given(spec.priors, p.name, {**fixed, **theta})
             u = numpyro.sample(f"{p.name}_u", OnUnconstrained(prior, p))
             theta[p.name] = numpyro.deterministic(p.name, p.from_unconstrained(u))
