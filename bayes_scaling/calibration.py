@@ -39,7 +39,7 @@ def simulate_table(law, grid, truth, seed, likelihood="huber"):
     """``grid`` with a ``loss`` column: the law at ``truth`` times ``exp(sigma * eps)``."""
     law = get_law(law)
     clean = np.asarray(law({k: v for k, v in truth.items() if k != "sigma"}, grid))
-    eps = np.asarray(_bayes._standard_noise(likelihood, jax.random.PRNGKey(10_000 + seed),
+    eps = np.asarray(_bayes.standard_noise(likelihood, jax.random.PRNGKey(10_000 + seed),
                                             clean.shape, _bayes.HUBER_C, _bayes.STUDENT_DF))
     out = grid.copy()
     out["loss"] = clean * np.exp(truth["sigma"] * eps)

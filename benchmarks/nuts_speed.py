@@ -82,7 +82,7 @@ def sampled_geometry(post, df):
     from bayes_scaling import bayes as B
 
     spec = post.spec
-    ref = B._data_pytree(spec, df)["ref"]
+    ref = B.data_pytree(spec, df)["ref"]
     names = [c if isinstance(c, str) else c.name for c in spec.sampled]
     theta = {k: jnp.asarray(np.asarray(post.idata.posterior[k]).reshape(-1)) for k in spec.names}
     S = np.asarray(jax.vmap(lambda t: spec.s(t, ref))(theta))

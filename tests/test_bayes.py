@@ -69,7 +69,7 @@ def test_numpyro_model_density_matches_spec():
     law = bs.laws.get("ptpp_gated_floor")
     df = simulate(law, form3_grid(ptpps=(15, 31)), noise=0.005, seed=0)
     spec = B.make_spec(law, coordinates=None)
-    data = B._data_pytree(spec, df, pad=False)  # the NumPyro model sees the rows as they are
+    data = B.data_pytree(spec, df, pad=False)  # the NumPyro model sees the rows as they are
     model = B.build_model(law)
     rng = np.random.default_rng(0)
     for _ in range(3):
@@ -86,7 +86,7 @@ def test_padding_rows_changes_no_density():
     df = simulate(law, form3_grid(ptpps=(15, 31)), noise=0.005, seed=0).iloc[:75]
     for coords in (None, "auto"):
         spec = B.make_spec(law, coordinates=coords)
-        padded, plain = B._data_pytree(spec, df), B._data_pytree(spec, df, pad=False)
+        padded, plain = B.data_pytree(spec, df), B.data_pytree(spec, df, pad=False)
         assert padded["y"].shape == (128,) and plain["y"].shape == (75,)
         assert float(padded["w"].sum()) == 75
         rng = np.random.default_rng(2)
@@ -113,7 +113,7 @@ def test_sampling_coordinates_change_variables_exactly(gate):
         block = B.gate_slope_coordinates(sign=1 if gate.endswith("log_zeta") else None)
         spec = B.make_spec(law, coordinates=(block, spec.blocks[1]))
         gate = "gate_slope"
-    data = B._data_pytree(spec, df)
+    data = B.data_pytree(spec, df)
     ref = data["ref"]
     s0 = np.asarray(spec.s({**law.example, "sigma": 0.01}, ref))
     to_u = lambda s: spec.u(spec.theta_s(s, ref))  # noqa: E731
@@ -264,7 +264,7 @@ def test_the_floor_prior_is_stated_at_the_reference_ptpp(law):
     floor20 = np.log([d["F"] * B.PTPP_REF ** -d["eta"] for d in draws])
     log_eta = np.log([d["eta"] for d in draws])
     assert abs(np.corrcoef(floor20, log_eta)[0, 1]) < 0.08
-    m, s = B._prior_loc_scale(next(p for p in law.params if p.name == "F"))
+    m, s = B.prior_loc_scale(next(p for p in law.params if p.name == "F"))
     assert np.mean(floor20) == pytest.approx(m, abs=0.2)
     assert np.std(floor20) == pytest.approx(s, rel=0.08)
     # the NumPyro model's prior draws

@@ -1,0 +1,270 @@
+"""``fit_posterior``: the mode search, the sampler (NUTS or Laplace) and the result, put together."""
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from typing import Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+from .. import data as _data
+from ..errors import BayesScalingError, MultimodalWarning
+from ..objective import data_hash
+from .distributions import FlatPrior, HUBER_C
+from .likelihood import STUDENT_DF
+from .model import pointwise_batch, theta_s_batch
+from .modes import find_modes, map_stage, sample_laplace
+from .nuts import (RHAT_MAX, chain_groups, jittered_inits, nuts_diagnostics, run_nuts,
+                   warn_diagnostics)
+from .posterior import Posterior
+from .priors import AtReference, log_scale, prior_loc_scale
+from .spec import data_pytree, make_spec
+
+
+def fit_posterior(
+    law,
+    df: pd.DataFrame,
+    *,
+    priors=None,
+    likelihood: str = "huber",
+    num_chains: int = 4,
+    num_warmup: int = 1000,
+    num_samples: int = 1000,
+    seed: int = 0,
+    method: str = "nuts",
+    fixed: Mapping[str, float] | None = None,
+    scale: float | None = None,
+    huber_c: float = HUBER_C,
+    student_df: float = STUDENT_DF,
+    coordinates="auto",
+    n_starts: int = 16,
+    init: str = "map",
+    whiten: bool = True,
+    dense_mass: bool = True,
+    target_accept: float = 0.99,
+    max_tree_depth: int = 10,
+    chain_method: str = "auto",
+    progress_bar: bool = True,
+    max_iter: int = 1000,
+) -> Posterior:
+    """Posterior of ``law``'s parameters given the loss table ``df``.
+
+    Args:
+        law: registered law name or :class:`~bayes_scaling.laws.Law`.
+        df: loss table (validated as for ``fit_map``).
+        priors: ``None`` (the defaults of :func:`default_prior`), ``"flat"``, or
+            ``{name: numpyro distribution}`` overriding some of them (``"sigma"`` included), e.g.
+            ``{"alpha": dist.Normal(0.35, 0.1)}``; a prior is truncated to its parameter's bounds.
+        likelihood: ``"huber"`` (default; threshold ``huber_c`` in units of sigma, so the Huber
+            delta of ``fit_map`` is ``huber_c * sigma``), ``"student_t"`` (``student_df`` degrees
+            of freedom) or ``"normal"``, all on log residuals.
+        num_chains, num_warmup, num_samples: NUTS settings (the Laplace path draws
+            ``num_chains * num_samples``).
+        seed: seeds the starts, the jitter and the sampler.
+        method: ``"nuts"`` or ``"laplace"`` (Gaussian at the mode of the sampled density, checked
+            by the Pareto k of its importance ratios).
+        fixed: ``{name: value}`` parameters held fixed (e.g. a two-phase fit's base).
+        scale: fix sigma (no prior on it) instead of inferring it.
+        coordinates: sampling coordinates, ``"auto"`` (declared for the law, then adapted to
+            the table by each block's ``switch``, e.g. :func:`gate_coordinates`), ``None`` or a
+            tuple of :class:`Coordinates` (used as given). ``post.settings["coordinates"]``
+            names the blocks sampled.
+        n_starts: multi-start size of the mode search.
+        init: ``"map"`` (chains start near the modes, jittered by half their Laplace sd) or
+            ``"uniform"`` (NumPyro's default: uniform in (-2, 2) on the unconstrained scale).
+        whiten: sample ``z`` with ``s = s_hat + L z`` (``L L^T`` the Laplace covariance).
+        dense_mass, target_accept, max_tree_depth: NUTS settings (the high default acceptance
+            target keeps the step small enough for the curved, weakly identified posteriors of
+            the PTPP laws on few PTPP levels; see docs/priors.md).
+        chain_method: ``"auto"`` (``"parallel"`` when the process has a device per chain,
+            else ``"vectorized"``), ``"vectorized"`` (all chains in one program), ``"sequential"``
+            or ``"parallel"`` (one chain per device). On CPU, devices are made by calling
+            ``use_chain_devices(num_chains)`` before JAX starts (the CLI does it):
+            parallel chains share the cores and each stops its trees on its own; on the Form-3
+            benchmark this took 34 s against 55 s vectorized on 2 cores (BENCHMARKS.md).
+        progress_bar: show NumPyro's progress bar while sampling.
+        max_iter: L-BFGS iterations per start.
+
+    Returns:
+        :class:`Posterior`. A failed diagnostic raises a :class:`ConvergenceWarning` saying which
+        parameter, what it means and what to try; several separated modes raise a
+        :class:`MultimodalWarning` and are listed in ``post.modes``.
+    """
+    import arviz as az
+
+    t0 = time.perf_counter()
+    if method not in ("nuts", "laplace"):
+        raise BayesScalingError(f"method must be 'nuts' or 'laplace', got {method!r}")
+    if init not in ("map", "uniform"):
+        raise BayesScalingError(f"init must be 'map' or 'uniform', got {init!r}")
+    if chain_method not in ("auto", "vectorized", "sequential", "parallel"):
+        raise BayesScalingError("chain_method must be 'auto', 'vectorized', 'sequential' or "
+                                f"'parallel', got {chain_method!r}")
+    if chain_method == "auto":
+        chain_method = ("parallel" if num_chains > 1 and jax.local_device_count() >= num_chains
+                        else "vectorized")
+    kw = dict(priors=priors, likelihood=likelihood, fixed=fixed, scale=scale, c=huber_c,
+              student_df=student_df)
+    spec0 = make_spec(law, coordinates=None, **kw)
+    law = spec0.law
+    vdf = _data.validate(df, law, min_rows=len(spec0.law_names) + 1)
+    theta_map, neg_lp_map, starts, (u_ok, v_ok) = map_stage(
+        spec0, data_pytree(spec0, vdf), n_starts, seed, max_iter)
+    spec = make_spec(law, coordinates=coordinates, **kw)
+    data = data_pytree(spec, vdf)
+    modes = find_modes(spec, data, u_ok, v_ok)
+    if coordinates == "auto":
+        spec, data, modes = _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw, method)
+    t_modes = time.perf_counter() - t0
+    top = modes[0]
+    d = len(spec.sampled)
+    rng = np.random.default_rng(seed + 1)
+
+    if method == "laplace":
+        s, k_hat, frac_bad = sample_laplace(spec, data, top, num_chains, num_samples, seed)
+        extra = None
+        diag = {"method": "laplace", "pareto_k": k_hat, "hessian_ok": top.hessian_ok,
+                "outside_support": frac_bad, "thresholds": {"pareto_k": 0.7}}
+        failed, advice = [], []
+        if not top.hessian_ok:
+            failed.append("the Hessian at the mode is not positive definite (a flat or saddle "
+                          "direction): the Gaussian approximation is meaningless there")
+            advice.append("use method='nuts' or more informative priors")
+        if k_hat > 0.7:
+            failed.append(f"Pareto k {k_hat:.2f} > 0.7: the posterior is far from Gaussian in the "
+                          "sampled coordinates, so Laplace intervals are unreliable")
+            advice.append("use method='nuts'")
+        if len(modes) > 1:
+            failed.append(f"{len(modes)} separated modes: a single Gaussian covers only the first")
+            advice.append("use method='nuts' and inspect post.modes")
+        diag.update(failed=failed, advice=advice, ok=not failed)
+    else:
+        if whiten:
+            center, chol = top.s, top.chol
+        else:
+            center, chol = np.zeros(d), np.eye(d)
+        if init == "map":
+            z0 = jittered_inits(spec, data, modes, center, chol, num_chains, rng)
+        else:
+            z0 = rng.uniform(-2.0, 2.0, (num_chains, d))
+        s, extra = run_nuts(spec, data, center, chol, z0, seed=seed, num_chains=num_chains,
+                             num_warmup=num_warmup, num_samples=num_samples,
+                             chain_method=chain_method, dense_mass=dense_mass,
+                             target_accept=target_accept, max_tree_depth=max_tree_depth,
+                             progress_bar=progress_bar)
+    C, D = s.shape[:2]
+    flat = jnp.asarray(s.reshape(C * D, d))
+    theta = theta_s_batch(spec)(flat, data["ref"])
+    n = len(vdf)
+    ll = np.asarray(pointwise_batch(spec)(theta, data)).reshape(C, D, -1)[..., :n]
+    posterior = {n: np.asarray(theta[n]).reshape(C, D) for n in spec.names}
+    cols = {law.column(v): np.asarray(vdf[law.column(v)], float)
+            for v in law.variables if law.column(v) in vdf}
+    sample_stats = None
+    if extra is not None:
+        steps = extra["num_steps"]
+        sample_stats = {
+            "diverging": extra["diverging"].astype(bool),
+            "energy": extra["energy"],
+            "lp": -extra["potential_energy"],
+            "n_steps": steps,
+            "tree_depth": np.floor(np.log2(np.maximum(steps, 1))).astype(int) + 1,
+            "acceptance_rate": extra["accept_prob"],
+            "step_size": extra["adapt_state.step_size"],
+        }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        idata = az.from_dict(
+            posterior=posterior,
+            sample_stats=sample_stats,
+            log_likelihood={"y": ll},
+            observed_data={"y": np.asarray(data["y"])[:n]},
+            constant_data={**cols, "loss": np.asarray(vdf["loss"], float)},
+            coords={"row": np.arange(n)},
+            dims={"y": ["row"], **{k: ["row"] for k in cols}, "loss": ["row"]},
+        )
+    if method == "nuts":
+        diag = nuts_diagnostics(idata, spec.names, num_chains, max_tree_depth)
+        groups = chain_groups(idata, spec.names) if diag["max_rhat"] > RHAT_MAX else [
+            list(range(num_chains))]
+        diag["chain_groups"] = groups
+        if len(groups) > 1:
+            diag["failed"].append(f"the chains split into {len(groups)} groups with different "
+                                  "means: the posterior looks multimodal (see post.modes)")
+            diag["ok"] = False
+    diag["seconds"] = time.perf_counter() - t0
+    diag["seconds_modes"] = t_modes
+    modes_df = _modes_table(spec, data, modes)
+    map_params = {k: float(v) for k, v in theta_map.items()}
+    map_params.update(spec.fixed)
+    if spec.scale is not None:
+        map_params["sigma"] = spec.scale
+    map_params = {k: map_params[k] for k in (*law.param_names, "sigma")}
+    settings = {
+        "law": law.name, "method": method, "likelihood": likelihood, "c": huber_c,
+        "student_df": student_df, "fixed": dict(spec.fixed), "scale": spec.scale,
+        "free": list(spec.names), "priors": _describe_priors(spec, priors),
+        "coordinates": [b.name for b in spec.blocks], "num_chains": num_chains,
+        "num_warmup": num_warmup, "num_samples": num_samples, "seed": seed, "n_starts": n_starts,
+        "init": init, "whiten": whiten, "dense_mass": dense_mass, "target_accept": target_accept,
+        "max_tree_depth": max_tree_depth, "chain_method": chain_method, "n_rows": n,
+        "map_neg_log_post": neg_lp_map, "clipped": vdf.attrs.get("clipped", {}),
+    }
+    post = Posterior(law, idata, map_params, diag, modes_df, settings,
+                     data_hash(vdf, list(cols) + ["loss"]), spec)
+    warn_diagnostics(law.name, diag)
+    if len(modes) > 1 and (method == "laplace" or len(diag.get("chain_groups", [])) > 1):
+        warnings.warn(f"the posterior of {law.name} has {len(modes)} separated modes:\n"
+                      f"{modes_df.to_string(max_cols=20)}", MultimodalWarning, stacklevel=2)
+    return post
+
+
+def _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw, method):
+    """Let each coordinate block with a ``switch`` look at the top mode and swap itself for
+    coordinates that suit this table better; modes are searched again in the new ones."""
+    top = modes[0]
+    ref = data["ref"]
+    blocks, changed = [], False
+    for b in spec.blocks:
+        alt = None
+        if b.switch is not None and top.hessian_ok:
+            alt = b.switch(lambda sv: spec.theta_s(sv, ref), jnp.asarray(top.s), top.cov,
+                           ref[b.name], method)
+        blocks.append(alt if alt is not None else b)
+        changed |= alt is not None
+    if not changed:
+        return spec, data, modes
+    new = make_spec(spec.law, coordinates=tuple(blocks), **kw)
+    data = data_pytree(new, vdf)
+    return new, data, find_modes(new, data, u_ok, v_ok)
+
+
+def _modes_table(spec, data, modes) -> pd.DataFrame:
+    rows = []
+    top = modes[0].log_mass
+    for m in modes:
+        th = spec.theta_s(jnp.asarray(m.s), data["ref"])
+        row = {k: float(th[k]) for k in spec.names}
+        row.update(log_density=m.log_density, rel_mass=math.exp(m.log_mass - top),
+                   hessian_ok=m.hessian_ok)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _describe_priors(spec, priors):
+    out = {}
+    for p in spec.free:
+        d = spec.priors[p.name]
+        if isinstance(priors, dict) and p.name in priors:
+            out[p.name] = f"user: {type(d).__name__}"
+        elif isinstance(d, FlatPrior):
+            out[p.name] = "flat"
+        else:
+            m, s = prior_loc_scale(p)
+            term = d.term(p.name) if isinstance(d, AtReference) else p.name
+            out[p.name] = f"default: {'log ' if log_scale(p) else ''}{term} ~ N({m:.4g}, {s:.4g})"
+    return out

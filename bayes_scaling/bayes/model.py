@@ -1,0 +1,103 @@
+"""The NumPyro model of a :class:`~bayes_scaling.bayes.spec.Spec`, and its compiled densities
+(cached per model structure, so new data of the same shape never recompiles).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+import numpyro
+
+from .distributions import HUBER_C, OnUnconstrained
+from .likelihood import STUDENT_DF, likelihood_dist
+from .priors import prior_given, prior_order
+from .spec import Spec, make_spec
+
+
+def build_model(law, *, priors=None, likelihood="huber", fixed=None, scale=None, c=HUBER_C,
+                student_df=STUDENT_DF) -> Callable:
+    """A NumPyro model function ``model(x, y=None)`` for ``law``.
+
+    ``x`` is ``law.inputs(table)`` (a dict of arrays), ``y`` the observed ``log loss`` (or ``None``
+    to simulate). Sample sites ``<name>_u`` hold each parameter on the real line (its Param
+    transform, prior plus log-Jacobian); deterministic sites ``<name>`` hold the natural values;
+    ``y`` is the observation site. ``numpyro.infer.Predictive(model, ...)`` works on it.
+
+    The arguments are those of :func:`fit_posterior`.
+    """
+    spec = make_spec(law, priors=priors, likelihood=likelihood, fixed=fixed, scale=scale, c=c,
+                     student_df=student_df)
+    return numpyro_model(spec)
+
+
+def numpyro_model(spec: Spec):
+    fixed = {k: jnp.asarray(v, jnp.float64) for k, v in spec.fixed.items()}
+
+    def model(x, y=None):
+        theta = {}
+        # conditional priors after the parameters they depend on
+        free = {p.name: p for p in spec.free}
+        for p in (free[n] for n in prior_order(spec.priors, free)):
+            prior = prior_given(spec.priors, p.name, {**fixed, **theta})
+            u = numpyro.sample(f"{p.name}_u", OnUnconstrained(prior, p))
+            theta[p.name] = numpyro.deterministic(p.name, p.from_unconstrained(u))
+        sigma = theta["sigma"] if spec.scale is None else spec.scale
+        mu = jnp.log(spec.law.fn(spec.law_params(theta, fixed), x))
+        n = mu.shape[-1]
+        with numpyro.plate("rows", n):
+            numpyro.sample("y", likelihood_dist(spec.likelihood, mu, sigma, c=spec.c,
+                                                   student_df=spec.student_df),
+                           obs=y)
+
+    model.spec = spec
+    return model
+
+
+_CACHE: dict = {}
+
+
+def cached(kind, spec: Spec, build):
+    key = (kind, spec.key())
+    if key not in _CACHE:
+        _CACHE[key] = (build(), spec.priors)  # keep the priors alive: their ids are in the key
+    return _CACHE[key][0]
+
+
+def map_objective(spec: Spec):
+    """``f(u, args) = -log_joint(u) / n`` in the natural coordinates, for ``lbfgs_multistart``.
+
+    The natural coordinates are ``log theta`` for scale parameters (``log_init``) and ``theta``
+    otherwise: priors there are Normal-shaped, and a flat prior there makes the MAP the Huber fit.
+    """
+
+    def build():
+        def f(u, args):
+            theta = spec.theta(u)
+            lp = spec.log_prior(theta) + spec.loglik(theta, args["data"])
+            lp = lp + spec.log_jacobian_natural(u)
+            return jnp.where(jnp.isfinite(lp), -lp / args["n"], jnp.inf)
+        return f
+
+    return cached("map", spec, build)
+
+
+def log_joint_batch(spec: Spec):
+    return cached("lj", spec, lambda: jax.jit(jax.vmap(
+        lambda s, data: spec.log_joint_s(s, data), in_axes=(0, None))))
+
+
+def to_s_batch(spec: Spec):
+    return cached("to_s", spec, lambda: jax.jit(jax.vmap(
+        lambda u, ref: spec.s(spec.theta(u), ref), in_axes=(0, None))))
+
+
+def theta_s_batch(spec: Spec):
+    return cached("theta_s", spec, lambda: jax.jit(jax.vmap(
+        lambda s, ref: spec.theta_s(s, ref), in_axes=(0, None))))
+
+
+def pointwise_batch(spec: Spec):
+    return cached("ll", spec, lambda: jax.jit(jax.vmap(
+        lambda th, data: spec.pointwise_loglik(th, data), in_axes=(0, None))))

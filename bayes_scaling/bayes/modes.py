@@ -1,0 +1,214 @@
+"""Modes of the posterior: multi-start MAP, damped Newton in the sampling coordinates, the Laplace
+approximation and draws from it.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+from .. import data as _data
+from ..errors import FitError
+from ..fit import lbfgs_multistart
+from .distributions import HUBER_C
+from .likelihood import STUDENT_DF
+from .model import cached, log_joint_batch, map_objective, to_s_batch
+from .spec import Spec, data_pytree, make_spec
+
+
+@dataclass
+class Mode:
+    """A local mode of the sampled density with its Laplace approximation."""
+
+    s: np.ndarray
+    log_density: float
+    cov: np.ndarray
+    chol: np.ndarray  # a square root of cov (chol @ chol.T == cov), not necessarily triangular
+    log_mass: float  # log density + 0.5 log det(2 pi cov): Laplace estimate of the mode's mass
+    hessian_ok: bool
+
+
+def laplace(spec, data, s) -> Mode:
+    lj, _, H = (np.asarray(a) for a in _newton_pieces(spec)(jnp.asarray(s), data))
+    lj = float(lj)
+    H = 0.5 * (H + H.T)
+    ok = bool(np.all(np.isfinite(H)))
+    if ok:
+        w, V = np.linalg.eigh(H)
+        ok = bool(w.min() > 0)
+    else:
+        w, V = np.ones(len(s)), np.eye(len(s))
+    # floor the curvature (a flat or non-convex direction gets unit scale)
+    w = np.maximum(w, max(1e-8 * w.max(), 1e-6) if ok else 1.0)
+    if not ok:
+        w = np.maximum(w, 1.0)
+    cov = (V / w) @ V.T
+    cov = 0.5 * (cov + cov.T)
+    try:
+        chol = np.linalg.cholesky(cov)
+    except np.linalg.LinAlgError:
+        # eigenvalues spanning ~1e16 defeat Cholesky; the symmetric square root from the
+        # eigendecomposition serves every use of chol (chol @ z, solves against it)
+        chol = (V / np.sqrt(w)) @ V.T
+    log_mass = lj + 0.5 * (len(s) * math.log(2 * math.pi) - np.sum(np.log(w)))
+    return Mode(np.asarray(s), lj, cov, chol, log_mass, ok)
+
+
+def map_stage(spec, data, n_starts, seed, max_iter, inits=None):
+    """Multi-start L-BFGS for the MAP in natural coordinates (the same optimiser as ``fit_map``)."""
+    rng = np.random.default_rng(seed)
+    if inits is None:
+        theta0 = np.stack([p.sample_init(rng, n_starts) for p in spec.free], -1)
+    else:
+        theta0 = np.atleast_2d(np.asarray(inits, float))
+    u0 = np.asarray(spec.u({p.name: theta0[:, i] for i, p in enumerate(spec.free)}))
+    n = float(np.sum(data["w"]))
+    args = {"data": data, "n": jnp.asarray(n)}
+    u_map, v_map, it_map, g_map = lbfgs_multistart(map_objective(spec), u0, args,
+                                                   max_iter=max_iter)
+    finite = np.isfinite(v_map) & np.all(np.isfinite(u_map), 1)
+    if not finite.any():
+        raise FitError(f"all {len(u0)} starts of the posterior mode of {spec.law.name} ended "
+                       "non-finite; check the table, the priors and the init ranges")
+    best = int(np.argmin(np.where(finite, v_map, np.inf)))
+    theta_map = {k: float(v) for k, v in spec.theta(jnp.asarray(u_map[best])).items()}
+    starts = pd.DataFrame({f"init_{p.name}": theta0[:, i] for i, p in enumerate(spec.free)})
+    th = np.stack([np.asarray(v) for v in spec.theta(jnp.asarray(u_map)).values()], -1)
+    for i, p in enumerate(spec.free):
+        starts[p.name] = th[:, i]
+    starts["neg_log_post"] = v_map * n
+    starts["n_iter"] = it_map
+    starts["converged"] = finite & (g_map < 1e-5)
+    return theta_map, float(v_map[best] * n), starts, (u_map[finite], v_map[finite])
+
+
+def _newton_pieces(spec: Spec):
+    def f(s, data):
+        lp = spec.log_joint_s(s, data)
+        return lp, jax.grad(spec.log_joint_s)(s, data), -jax.hessian(spec.log_joint_s)(s, data)
+    return cached("newton", spec, lambda: jax.jit(f))
+
+
+def _newton(spec, data, s, max_steps=100, tol=1e-9):
+    """Damped Newton ascent of the sampled density from ``s`` (curvature floored to stay PD)."""
+    pieces = _newton_pieces(spec)
+    lp, g, H = (np.asarray(a) for a in pieces(jnp.asarray(s), data))
+    if not np.isfinite(lp):
+        return s, -np.inf
+    for _ in range(max_steps):
+        H = 0.5 * (H + H.T)
+        if not np.all(np.isfinite(H)) or not np.all(np.isfinite(g)):
+            break
+        w, V = np.linalg.eigh(H)
+        w = np.maximum(np.abs(w), max(1e-8 * np.abs(w).max(), 1e-10))
+        step = V @ ((V.T @ g) / w)
+        t, moved = 1.0, False
+        while t > 1e-8:
+            lp_new, g_new, H_new = (np.asarray(a) for a in pieces(jnp.asarray(s + t * step), data))
+            if np.isfinite(lp_new) and lp_new >= lp + 1e-4 * t * float(g @ step):
+                moved = True
+                break
+            t *= 0.5
+        if not moved:
+            break
+        s, gain = s + t * step, lp_new - lp
+        lp, g, H = lp_new, g_new, H_new
+        if gain < tol and np.max(np.abs(t * step)) < 1e-7:
+            break
+    return s, float(lp)
+
+
+def find_modes(spec, data, u_ok, values, max_starts=4):
+    """Modes of the sampled density: damped Newton from the best distinct MAP endpoints (mapped
+    into the sampling coordinates); distinct modes sorted by Laplace mass."""
+    order = np.argsort(values)
+    starts = []
+    for j in order:
+        if all(np.max(np.abs(u_ok[j] - u_ok[k])) > 1e-3 for k in starts):
+            starts.append(j)
+        if len(starts) >= max_starts:
+            break
+    s0 = np.asarray(to_s_batch(spec)(jnp.asarray(u_ok[starts]), data["ref"]))
+    found = [_newton(spec, data, si) for si in s0]
+    found = [(si, lp) for si, lp in found if np.isfinite(lp)]
+    if not found:
+        raise FitError(f"no finite mode of the sampled density of {spec.law.name}")
+    return _distinct_modes(spec, data, np.stack([f[0] for f in found]),
+                           np.array([-f[1] for f in found]))
+
+
+def map_estimate(law, df, *, priors=None, likelihood="huber", fixed=None, scale=None,
+                 huber_c=HUBER_C, student_df=STUDENT_DF, n_starts=16, seed=0, max_iter=1000,
+                 inits=None):
+    """The posterior mode (MAP) in natural coordinates, by the multi-start L-BFGS of ``fit_map``.
+
+    Natural coordinates are ``log theta`` for positive parameters and ``theta`` otherwise (where
+    the default priors are Normal). With ``priors="flat"`` and ``scale=delta / huber_c`` this is
+    the ``fit_map(law, df, delta=delta)`` Huber fit.
+
+    Returns:
+        (params, neg_log_posterior, starts): every parameter (fixed ones included) and ``sigma``;
+        the minimised value; one row per start.
+    """
+    spec = make_spec(law, priors=priors, likelihood=likelihood, fixed=fixed, scale=scale,
+                     c=huber_c, student_df=student_df, coordinates=None)
+    vdf = _data.validate(df, spec.law, min_rows=len(spec.law_names) + 1)
+    data = data_pytree(spec, vdf)
+    theta, nlp, starts, _ = map_stage(spec, data, n_starts, seed, max_iter, inits)
+    params = {**theta, **spec.fixed}
+    params["sigma"] = theta.get("sigma", spec.scale)
+    return {k: params[k] for k in (*spec.law.param_names, "sigma")}, nlp, starts
+
+
+def _distinct_modes(spec, data, s, neg_lp, max_modes=5, min_rel_mass=1e-3):
+    """Group optimiser endpoints into distinct modes; keep those with >= min_rel_mass of the best.
+
+    Two endpoints are one mode when the straight segment between them never drops more than
+    ``3`` nats below the lower endpoint (no barrier), checked on 16 points of the segment.
+    """
+    order = np.argsort(neg_lp)
+    kept_s, kept_v = [], []
+    for j in order:
+        if len(kept_s) >= max_modes:
+            break
+        if any(not _barrier(spec, data, s[j], neg_lp[j], ks, kv) for ks, kv in zip(kept_s, kept_v)):
+            continue
+        kept_s.append(s[j])
+        kept_v.append(neg_lp[j])
+    modes = [laplace(spec, data, sj) for sj in kept_s]
+    modes.sort(key=lambda m: -m.log_mass)
+    top = modes[0].log_mass
+    return [m for m in modes if m.log_mass - top >= math.log(min_rel_mass)]
+
+
+def _barrier(spec, data, s1, v1, s2, v2, depth=3.0):
+    t = np.linspace(0.0, 1.0, 18)[1:-1, None]
+    seg = (1 - t) * s1[None] + t * s2[None]
+    lp = np.asarray(log_joint_batch(spec)(jnp.asarray(seg), data))
+    return bool(np.min(lp) < -max(v1, v2) - depth)
+
+
+def sample_laplace(spec, data, mode: Mode, num_chains, num_samples, seed):
+    """Draws from the Laplace approximation in the sampling space, and its Pareto-k.
+
+    ``k_hat`` is the Pareto shape of the importance ratios p(s)/q(s) (Yao et al. 2018, "Yes, but
+    did it work?"): below 0.7 the Gaussian is a usable approximation of the posterior.
+    """
+    import arviz as az
+
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((num_chains * num_samples, len(mode.s)))
+    s = mode.s + z @ mode.chol.T
+    log_p = np.asarray(log_joint_batch(spec)(jnp.asarray(s), data))
+    log_q = -0.5 * np.sum(z * z, 1)
+    lw = np.where(np.isfinite(log_p), log_p - log_q, -np.inf)
+    lw = lw - np.max(lw[np.isfinite(lw)]) if np.isfinite(lw).any() else lw
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, k_hat = az.psislw(np.where(np.isfinite(lw), lw, -1e10))
+    return s.reshape(num_chains, num_samples, -1), float(k_hat), float(np.mean(~np.isfinite(log_p)))

@@ -1,0 +1,198 @@
+"""NUTS on the whitened sampling space, its starts, and its convergence diagnostics.
+
+References: Vehtari et al. (2021) "Rank-normalization, folding, and localization" for R-hat and
+bulk/tail ESS.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+import numpyro
+import numpyro.distributions as dist
+from numpyro.distributions import constraints
+
+from ..errors import ConvergenceWarning
+from .model import cached, log_joint_batch
+from .spec import Spec
+
+
+# Convergence thresholds (Vehtari et al. 2021): every one must hold for ``Posterior.ok``.
+RHAT_MAX = 1.01
+ESS_PER_CHAIN = 100
+BFMI_MIN = 0.3
+
+
+def _whitened_model(spec: Spec):
+    d = len(spec.sampled)
+
+    def model(data, center, chol):
+        z = numpyro.sample("z", dist.ImproperUniform(constraints.real_vector, (), (d,)))
+        numpyro.factor("log_joint", spec.log_joint_s(center + chol @ z, data))
+
+    return model
+
+
+def _mcmc(spec, *, num_chains, num_warmup, num_samples, chain_method, dense_mass, target_accept,
+          max_tree_depth, progress_bar, shapes=()):
+    """A NumPyro MCMC object for ``spec``, cached so later fits of the same shape reuse its
+    compiled program (the data, centre and whitening matrix are jitted arguments). ``shapes``
+    (the data's array shapes) is part of the key: a cached MCMC object re-run on arrays of
+    another shape fails inside NumPyro's vectorised chains."""
+    from numpyro.infer import MCMC, NUTS
+
+    def build():
+        kernel = NUTS(_whitened_model(spec), dense_mass=dense_mass,
+                      target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
+                      init_strategy=numpyro.infer.init_to_median)
+        return MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                    chain_method=chain_method, progress_bar=progress_bar, jit_model_args=True)
+
+    key = ("mcmc", num_chains, num_warmup, num_samples, chain_method, dense_mass, target_accept,
+           max_tree_depth, progress_bar, shapes)
+    return cached(key, spec, build)
+
+
+def run_nuts(spec, data, center, chol, init_z, *, seed, **kw):
+    shapes = tuple(np.shape(a) for a in jax.tree_util.tree_leaves(data))
+    mcmc = _mcmc(spec, shapes=shapes, **kw)
+    mcmc._warmup_state = None  # a cached object must warm up again on new data
+    init_z = jnp.asarray(init_z)
+    if kw["num_chains"] == 1:  # NumPyro takes one chain's start without the chain axis
+        init_z = init_z[0]
+    mcmc.run(jax.random.PRNGKey(seed), data, jnp.asarray(center), jnp.asarray(chol),
+             init_params={"z": init_z},
+             extra_fields=("diverging", "energy", "num_steps", "accept_prob",
+                           "adapt_state.step_size", "potential_energy"))
+    z = np.asarray(mcmc.get_samples(group_by_chain=True)["z"])  # (chains, draws, d)
+    extra = {k: np.asarray(v) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()}
+    s = center + np.einsum("ij,cdj->cdi", chol, z)
+    return s, extra
+
+
+_MEANING = {
+    "rhat": ("R-hat {v:.3f} > {t} for {p}: the chains disagree about it (not mixed, or several "
+             "modes)", "run longer (num_warmup/num_samples), give {p} a more informative prior, or "
+             "look at post.modes and az.plot_trace(post.idata, var_names=['{p}'])"),
+    "ess_bulk": ("bulk ESS {v:.0f} < {t} for {p}: its posterior mean and intervals rest on few "
+                 "effective draws", "draw more (num_samples) or reparameterise/tighten {p}"),
+    "ess_tail": ("tail ESS {v:.0f} < {t} for {p}: its 5%/95% quantiles are unreliable",
+                 "draw more (num_samples); check az.plot_pair for a funnel involving {p}"),
+}
+
+
+def nuts_diagnostics(idata, names, num_chains, max_tree_depth) -> dict:
+    import arviz as az
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        post = idata.posterior[list(names)]
+        summ = pd.DataFrame({
+            "r_hat": {n: float(az.rhat(post)[n]) for n in names},
+            "ess_bulk": {n: float(az.ess(post, method="bulk")[n]) for n in names},
+            "ess_tail": {n: float(az.ess(post, method="tail")[n]) for n in names},
+        })
+        bfmi = np.asarray(az.bfmi(idata))
+    ss = idata.sample_stats
+    div = int(np.asarray(ss["diverging"]).sum())
+    depth_hits = float(np.mean(np.asarray(ss["tree_depth"]) >= max_tree_depth))
+    ess_min = ESS_PER_CHAIN * num_chains
+
+    def worst(col, pick):  # the parameter at the extreme ("" when the diagnostic is undefined)
+        return str(getattr(summ[col], pick)()) if summ[col].notna().any() else ""
+
+    d = {
+        "method": "nuts",
+        "max_rhat": float(summ["r_hat"].max()), "worst_rhat": worst("r_hat", "idxmax"),
+        "min_ess_bulk": float(summ["ess_bulk"].min()), "worst_ess_bulk": worst("ess_bulk", "idxmin"),
+        "min_ess_tail": float(summ["ess_tail"].min()), "worst_ess_tail": worst("ess_tail", "idxmin"),
+        "divergences": div, "min_bfmi": float(bfmi.min()), "tree_depth_hits": depth_hits,
+        "thresholds": {"rhat": RHAT_MAX, "ess": ess_min, "divergences": 0, "bfmi": BFMI_MIN},
+        "per_param": json.loads(summ[["r_hat", "ess_bulk", "ess_tail"]].to_json(orient="index")),
+    }
+    failed, advice = [], []
+    if summ["r_hat"].isna().all():
+        failed.append("R-hat is undefined (too few chains or draws): convergence is not checked")
+        advice.append("run at least 2 chains of a few hundred draws")
+    for key, thr, bad in (("rhat", RHAT_MAX, summ["r_hat"] > RHAT_MAX),
+                          ("ess_bulk", ess_min, summ["ess_bulk"] < ess_min),
+                          ("ess_tail", ess_min, summ["ess_tail"] < ess_min)):
+        col = "r_hat" if key == "rhat" else key
+        for p in summ.index[bad.to_numpy()]:
+            what, fix = _MEANING[key]
+            failed.append(what.format(v=summ.loc[p, col], t=thr, p=p))
+            advice.append(fix.format(p=p))
+    if div:
+        failed.append(f"{div} divergent transitions: the sampler met curvature it cannot follow, "
+                      "so part of the posterior may be missed")
+        advice.append("raise target_accept (e.g. 0.995), or give the parameters involved (see "
+                      "az.plot_pair(post.idata, divergences=True)) more informative priors")
+    if bfmi.min() < BFMI_MIN:
+        failed.append(f"BFMI {bfmi.min():.2f} < {BFMI_MIN}: the energy of the chains moves slowly "
+                      "(heavy tails or a funnel)")
+        advice.append("reparameterise or tighten the prior of the heavy-tailed parameter")
+    d["failed"], d["advice"], d["ok"] = failed, advice, not failed
+    return d
+
+
+def warn_diagnostics(law_name, d):
+    if d["ok"]:
+        return
+    lines = "\n  - ".join(d["failed"][:8])
+    fixes = "\n  - ".join(dict.fromkeys(d["advice"]))
+    warnings.warn(f"posterior of {law_name} failed convergence checks:\n  - {lines}\nWhat to try:"
+                  f"\n  - {fixes}", ConvergenceWarning, stacklevel=3)
+
+
+def chain_groups(idata, names) -> list[list[int]]:
+    """Group chains whose means agree (within 4 pooled within-chain sds on every parameter)."""
+    post = idata.posterior
+    C = post.sizes["chain"]
+    means = np.stack([np.asarray(post[n]).mean(1) for n in names], 1)      # (C, P)
+    sds = np.stack([np.asarray(post[n]).std(1).mean(0) for n in names])    # (P,)
+    groups: list[list[int]] = []
+    for c in range(C):
+        for g in groups:
+            if np.all(np.abs(means[c] - means[g[0]]) <= 4 * sds + 1e-12):
+                g.append(c)
+                break
+        else:
+            groups.append([c])
+    return groups
+
+
+def use_chain_devices(num_chains: int) -> int:
+    """Give this process one CPU device per chain, so ``fit_posterior``'s ``"auto"`` chain method
+    runs the chains in parallel (34 s against 55 s vectorised for the Form-3 benchmark on 2 cores,
+    BENCHMARKS.md). Call it before the first JAX computation; an ``XLA_FLAGS`` device count set by
+    the user is left alone. Returns the number of devices the process has."""
+    import os
+
+    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        numpyro.set_host_device_count(int(num_chains))
+    return jax.local_device_count()
+
+
+def jittered_inits(spec, data, modes, center, chol, num_chains, rng, scale=0.5, tries=30):
+    """One start per chain: the modes in turn, each jittered by ``scale`` times its Laplace sd
+    (the jitter is halved until the start has a finite log density)."""
+    z0 = []
+    for c in range(num_chains):
+        m = modes[c % len(modes)]
+        zm = np.linalg.solve(chol, m.s - center)
+        sc = scale
+        for _ in range(tries):
+            z = zm + sc * np.linalg.solve(chol, m.chol @ rng.standard_normal(len(zm)))
+            lp = log_joint_batch(spec)(jnp.asarray(center + chol @ z)[None], data)
+            if np.isfinite(np.asarray(lp)[0]):
+                break
+            sc *= 0.5
+        else:
+            z = zm
+        z0.append(z)
+    return np.stack(z0)

@@ -1,0 +1,258 @@
+"""The result object :class:`Posterior` (draws, diagnostics, forecasts) and its persistence."""
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+from .. import data as _data
+from ..errors import BayesScalingError, ConvergenceWarning
+from ..laws import Law, get as get_law
+from .likelihood import standard_noise
+from .spec import Spec
+
+
+@dataclass
+class Posterior:
+    """Posterior draws of a law's parameters, with diagnostics, forecasts and persistence.
+
+    Attributes:
+        law: the law.
+        idata: ArviZ InferenceData with ``posterior`` (every free parameter and ``sigma``),
+            ``sample_stats`` (NUTS), ``log_likelihood`` (``y``: pointwise log density of each
+            row's log loss, for LOO), ``observed_data`` (``y = log loss``) and ``constant_data``
+            (the law's input columns).
+        map: the posterior mode in natural coordinates (every parameter, fixed ones included,
+            and ``sigma``).
+        diagnostics: max R-hat, min bulk/tail ESS, divergences, BFMI, tree-depth hits (NUTS) or
+            the Pareto k of the Laplace approximation, each with its threshold.
+        modes: distinct local modes found by the optimiser (relative Laplace mass, parameters).
+        settings: how it was fitted (law, likelihood, priors, fixed values, sampler settings).
+        data_hash: hash of the fitted columns.
+        spec: the model as it was sampled, sampling coordinates included (``None`` for a
+            posterior loaded from disk).
+    """
+
+    law: Law
+    idata: object
+    map: dict
+    diagnostics: dict
+    modes: pd.DataFrame
+    settings: dict
+    data_hash: str
+    spec: Spec | None = field(default=None, repr=False)
+
+    # --- convergence -----------------------------------------------------------------------------
+    @property
+    def ok(self) -> bool:
+        """Whether every convergence diagnostic passed (see :attr:`diagnostics`)."""
+        return bool(self.diagnostics.get("ok", False))
+
+    @property
+    def method(self) -> str:
+        return self.settings["method"]
+
+    @property
+    def param_names(self) -> list[str]:
+        return [n for n in self.settings["free"]]
+
+    def summary(self, **kw) -> pd.DataFrame:
+        """``az.summary`` of the parameters (mean, sd, HDI, MCSE, ESS, R-hat)."""
+        import arviz as az
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return az.summary(self.idata, var_names=self.param_names, **kw)
+
+    def draws(self, name=None):
+        """Posterior draws flattened over chains: a dict of arrays (or one array for ``name``)."""
+        post = self.idata.posterior
+        names = self.param_names if name is None else [name]
+        out = {n: np.asarray(post[n]).reshape(-1) for n in names}
+        return out if name is None else out[name]
+
+    def _param_draws(self, max_draws=None):
+        d = self.draws()
+        fixed = self.settings["fixed"]
+        S = len(next(iter(d.values())))
+        idx = np.arange(S)
+        if max_draws is not None and S > max_draws:
+            idx = np.linspace(0, S - 1, max_draws).round().astype(int)
+        p = {k: jnp.asarray(v[idx]) for k, v in d.items() if k != "sigma"}
+        for k, v in fixed.items():
+            p[k] = jnp.full(len(idx), float(v))
+        sigma = d["sigma"][idx] if "sigma" in d else np.full(len(idx), self.settings["scale"])
+        return p, jnp.asarray(sigma)
+
+    def _check_use(self):
+        if not self.ok:
+            warnings.warn(
+                f"using a posterior of {self.law.name} that failed its convergence diagnostics "
+                f"({'; '.join(self.diagnostics.get('failed', [])) or 'see .diagnostics'}); "
+                "its intervals may be wrong", ConvergenceWarning, stacklevel=3)
+
+    # --- predictions -----------------------------------------------------------------------------
+    def predict_draws(self, df, kind="mean", *, seed=0, max_draws=None,
+                      discrepancy=None) -> np.ndarray:
+        """Predicted loss for every posterior draw and row: an array of shape ``(S, n)``.
+
+        ``kind="mean"``: the law's value ``f(theta_s, x)``; ``"predictive"``: a new observation,
+        ``f(theta_s, x) * exp(sigma_s * eps)`` with ``eps`` drawn from the likelihood (Huber,
+        Student-t or Normal; seeded by ``seed``). ``max_draws`` thins the draws evenly.
+        ``discrepancy``: a model-discrepancy scale ``tau`` (default: ``settings["discrepancy"]``,
+        set by :func:`estimate_discrepancy`, else 0): both kinds are multiplied by
+        ``exp(tau d(x) z)``, ``z ~ N(0, 1)``, with ``d`` the :func:`extrapolation_distance` of the
+        row from the fitted table, so intervals widen with extrapolation and not inside the data.
+        Vectorised over draws (one ``vmap``).
+        """
+        if kind not in ("mean", "predictive"):
+            raise BayesScalingError(f"kind must be 'mean' or 'predictive', got {kind!r}")
+        self._check_use()
+        x = _forecast_inputs(self.law, df)
+        p, sigma = self._param_draws(max_draws)
+        out = np.asarray(_vmapped_law(self.law)(p, x))
+        k_noise, k_disc = jax.random.split(jax.random.PRNGKey(seed))
+        if kind == "predictive":
+            eps = standard_noise(self.settings["likelihood"], k_noise, out.shape,
+                                  self.settings["c"], self.settings["student_df"])
+            out = out * np.exp(np.asarray(sigma)[:, None] * np.asarray(eps))
+        tau = self.settings.get("discrepancy", 0.0) if discrepancy is None else discrepancy
+        if tau:
+            d = extrapolation_distance(self, df)
+            z = np.asarray(jax.random.normal(k_disc, out.shape))
+            out = out * np.exp(tau * d[None, :] * z)
+        return out
+
+    def forecast(self, new_df, interval=0.9, kind="predictive", *, seed=0,
+                 discrepancy=None) -> pd.DataFrame:
+        """Posterior forecast at the rows of ``new_df``: mean, median, lower, upper, sd.
+
+        ``lower``/``upper`` are the equal-tailed ``interval`` credible bounds. ``kind="mean"``
+        gives the interval of the law's value (no observation noise), ``"predictive"`` (default)
+        that of a new measured loss. The draws are :meth:`predict_draws`.
+        """
+        if not 0 < interval < 1:
+            raise BayesScalingError(f"interval must be in (0, 1), got {interval}")
+        y = self.predict_draws(new_df, kind, seed=seed, discrepancy=discrepancy)
+        a = (1 - interval) / 2
+        q = np.quantile(y, [a, 0.5, 1 - a], axis=0)
+        return pd.DataFrame({"mean": y.mean(0), "median": q[1], "lower": q[0], "upper": q[2],
+                             "sd": y.std(0)}, index=getattr(new_df, "index", None))
+
+    def coverage(self, df, intervals=(0.5, 0.9), kind="predictive", *, seed=0,
+                 discrepancy=None) -> dict:
+        """Fraction of the rows of ``df`` whose ``loss`` lies in each central predictive interval."""
+        y = self.predict_draws(df, kind, seed=seed, discrepancy=discrepancy)
+        obs = np.asarray(df["loss"], float)
+        out = {}
+        for iv in intervals:
+            a = (1 - iv) / 2
+            lo, hi = np.quantile(y, [a, 1 - a], axis=0)
+            out[iv] = float(np.mean((obs >= lo) & (obs <= hi)))
+        return out
+
+    # --- persistence -----------------------------------------------------------------------------
+    def save(self, path):
+        """Write the posterior as netCDF; the law, settings, MAP, diagnostics and modes go into the
+        ``posterior`` group's ``bayes_scaling`` attribute (JSON)."""
+        settings = {k: v for k, v in self.settings.items() if not k.startswith("_")}
+        if self.settings.get("_discrepancy_axis") is not None:
+            warnings.warn("the discrepancy axis (a function) is not saved; pass it again after "
+                          "loading with with_discrepancy", stacklevel=2)
+        meta = {"law": self.law.name, "map": self.map, "diagnostics": self.diagnostics,
+                "settings": settings, "data_hash": self.data_hash,
+                "modes": json.loads(self.modes.to_json(orient="records"))}
+        self.idata.posterior.attrs["bayes_scaling"] = json.dumps(meta, default=_json_default)
+        self.idata.to_netcdf(str(path))
+
+    def __repr__(self):
+        d = self.diagnostics
+        status = "ok" if self.ok else "NOT CONVERGED"
+        if self.method == "nuts":
+            detail = (f"max R-hat {d.get('max_rhat', float('nan')):.3f}, min ESS "
+                      f"{d.get('min_ess_bulk', float('nan')):.0f}, {d.get('divergences', 0)} divergences")
+        else:
+            detail = f"Laplace, Pareto k {d.get('pareto_k', float('nan')):.2f}"
+        n = self.idata.posterior.sizes
+        return (f"Posterior({self.law.name}, {self.settings['likelihood']}, {n['chain']}x{n['draw']} "
+                f"draws; {detail}; {status})")
+
+
+def extrapolation_distance(post, df, axis=None) -> np.ndarray:
+    """How far each row of ``df`` lies outside the table ``post`` was fitted on.
+
+    Per coordinate, in log space: the distance beyond the fitted range ``[min, max]``, divided by
+    the width of that range (0 inside it; a coordinate that was constant in the fit counts in units
+    of 1 in log space); the row's distance is the Euclidean norm over the coordinates. The
+    coordinates are the law's variables, or ``axis(table) -> positive array`` (e.g. epochs
+    ``lambda t: t.D / t.U``) when extrapolation happens along a derived quantity. The axis is
+    stored in ``post.settings["discrepancy_axis"]`` by :func:`estimate_discrepancy`.
+    """
+    axis = axis if axis is not None else post.settings.get("_discrepancy_axis")
+    cd = post.idata.constant_data
+    fitted = pd.DataFrame({k: np.asarray(cd[k]) for k in cd.data_vars})
+    if axis is not None:
+        pairs = [(np.asarray(axis(fitted), float), np.asarray(axis(df), float))]
+    else:
+        law = post.law
+        pairs = [(np.asarray(fitted[law.column(v)], float), np.asarray(df[law.column(v)], float))
+                 for v in law.variables if law.column(v) in fitted and law.column(v) in df]
+    out = np.zeros(len(df))
+    for fit, new in pairs:
+        fit, new = np.log(np.maximum(fit, 1e-300)), np.log(np.maximum(new, 1e-300))
+        lo, hi = fit.min(), fit.max()
+        width = hi - lo if hi > lo else 1.0
+        beyond = np.maximum(new - hi, 0.0) + np.maximum(lo - new, 0.0)
+        out += (beyond / width) ** 2
+    return np.sqrt(out)
+
+
+def load_posterior(path, law=None) -> Posterior:
+    """Read a posterior written by :meth:`Posterior.save` (pass ``law`` for an unregistered law)."""
+    import arviz as az
+
+    idata = az.from_netcdf(str(path))
+    meta = json.loads(idata.posterior.attrs["bayes_scaling"])
+    return Posterior(law=get_law(law or meta["law"]), idata=idata, map=meta["map"],
+                     diagnostics=meta["diagnostics"], modes=pd.DataFrame(meta["modes"]),
+                     settings=meta["settings"], data_hash=meta["data_hash"])
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, (np.bool_,)):
+        return bool(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+_VMAPPED: dict = {}
+
+
+def _vmapped_law(law: Law):
+    key = (law.name, law.fn, tuple(sorted(law.column_map.items())))
+    if key not in _VMAPPED:
+        _VMAPPED[key] = jax.jit(jax.vmap(law.fn, in_axes=(0, None)))
+    return _VMAPPED[key]
+
+
+def _forecast_inputs(law: Law, df):
+    """The law's inputs from a table of new rows (no ``loss`` needed), validated."""
+    if not isinstance(df, pd.DataFrame):
+        df = pd.DataFrame(df)
+    tmp = df.copy()
+    if "loss" not in tmp:
+        tmp["loss"] = 1.0
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*repeat the same.*")
+        tmp = _data.validate(tmp, law, min_rows=1)
+    return law.inputs(tmp)

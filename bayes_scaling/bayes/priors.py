@@ -1,0 +1,203 @@
+"""Default and user priors of a law's parameters (and of the likelihood's scale ``sigma``)."""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+import numpyro.distributions as dist
+
+from ..laws import Param, get as get_law
+
+
+SCALE = Param("sigma", 0.0, math.inf, (1e-3, 0.1), True,
+              "scale of the log residuals (the likelihood's sigma; delta = c sigma for Huber)")
+
+
+# The init range of a parameter is its default prior's central 90% interval (mean +- 1.645 sd).
+PRIOR_Z = 1.6448536269514722
+
+
+def log_scale(p: Param) -> bool:
+    """Whether ``p`` lives on a log scale: positive bounds and a positive init range.
+
+    Coefficients, exponents and the irreducible loss all do; their default priors are Normal in
+    ``log theta`` (the space NUTS samples them in, so a weakly identified one has Gaussian tails
+    there instead of the exponential tail a prior on ``theta`` would have towards 0).
+    """
+    return p.lower >= 0 and p.init[0] > 0
+
+
+def prior_loc_scale(p: Param):
+    lo, hi = p.init
+    if log_scale(p):
+        m, half = 0.5 * (math.log(lo) + math.log(hi)), 0.5 * (math.log(hi) - math.log(lo))
+        return m, max(half / PRIOR_Z, 0.05)
+    m = 0.5 * (lo + hi)
+    return m, max(0.5 * (hi - lo) / PRIOR_Z, 0.05 * max(abs(m), 1.0))
+
+
+@functools.lru_cache(maxsize=None)
+def default_prior(p: Param) -> dist.Distribution:
+    """The weakly informative default prior of one parameter, built from its bounds and init range.
+
+    The init range ``(lo, hi)`` of a parameter is the range its authors consider plausible; the
+    default prior makes it the central 90% interval (mean +- 1.645 sd) and truncates to the bounds:
+
+    - positive parameters (``lower >= 0`` and ``lo > 0``: coefficients, exponents, E):
+      ``log theta ~ Normal((log lo + log hi)/2, (log hi - log lo)/(2 * 1.645))`` on
+      ``[log lower, log upper]``;
+    - others (``zeta``, a ``lam`` whose init range starts at 0, signed offsets):
+      ``theta ~ Normal((lo + hi)/2, (hi - lo)/(2 * 1.645))`` on ``[lower, upper]``.
+
+    Values outside the init range stay possible (10% of the prior mass), so the data can move any
+    parameter out of it, but a non-identified direction cannot run off into degenerate corners
+    (an exponent of 1e-4 that turns a power term into a second copy of E).
+
+    Cached per Param: the same prior object every time, so compiled programs (keyed by the
+    priors' identities) are reused across fits.
+    """
+    m, s = prior_loc_scale(p)
+    if log_scale(p):
+        low = math.log(p.lower) if p.lower > 0 else None
+        high = math.log(p.upper) if math.isfinite(p.upper) else None
+        return dist.TransformedDistribution(_truncnorm(m, s, low, high),
+                                            dist.transforms.ExpTransform())
+    low = p.lower if math.isfinite(p.lower) else None
+    high = p.upper if math.isfinite(p.upper) else None
+    return _truncnorm(m, s, low, high)
+
+
+def plain_priors(law) -> dict[str, dist.Distribution]:
+    """A naive alternative to :func:`default_priors`, kept as a baseline for benchmarks: every
+    parameter ``theta ~ Normal((lo + hi)/2, (hi - lo)/2)`` on its natural scale (the init range
+    as mean +- 1 sd, scale parameters included), truncated to the bounds."""
+    law = get_law(law)
+    out = {}
+    for p in (*law.params, SCALE):
+        lo, hi = p.init
+        low = p.lower if math.isfinite(p.lower) else None
+        high = p.upper if math.isfinite(p.upper) else None
+        out[p.name] = _truncnorm(0.5 * (lo + hi), max(0.5 * (hi - lo), 1e-12), low, high)
+    return out
+
+
+def _truncnorm(m, s, low, high):
+    if low is None and high is None:
+        return dist.Normal(m, s)
+    return dist.TruncatedNormal(m, s, low=low, high=high)
+
+
+@dataclass(frozen=True, eq=False)
+class AtReference:
+    """The prior of a power term's coefficient ``c`` stated for the term at a reference value
+    ``v_ref`` of its variable: ``c v_ref^-exponent ~ base``, given the exponent (so
+    ``c | exponent ~ base scaled by v_ref^exponent``).
+
+    Why: a coefficient alone is the term's value at ``v = 1``, a point far outside the data for a
+    PTPP floor ``F / PTPP^eta`` (PTPP 1 is no checkpoint anyone adapts). With independent priors on
+    ``F`` and ``eta``, the floor at realistic PTPPs is ``F`` times a factor that spans orders of
+    magnitude with ``eta``, and a large ``eta`` becomes a way to switch the floor off: on two PTPP
+    levels the posterior then reaches ``eta`` of 10 to 50 in long excursions along a banana
+    (``log F - eta log PTPP`` pinned while ``log eta`` wanders). Stated at ``v_ref`` the floor's
+    size and its decay are a priori independent.
+    """
+
+    base: dist.Distribution
+    exponent: str
+    log_ref: float
+
+    def term(self, name: str) -> str:
+        """How the stated quantity reads, e.g. ``(F 20^-eta)``."""
+        return f"({name} {math.exp(self.log_ref):g}^-{self.exponent})"
+
+    def given(self, exponent_value) -> dist.Distribution:
+        """The prior of the coefficient for this value of the exponent."""
+        return dist.TransformedDistribution(
+            self.base, dist.transforms.AffineTransform(0.0, jnp.exp(exponent_value * self.log_ref)))
+
+
+# Laws whose coefficient priors are stated at a reference value of a variable (by law function).
+PRIOR_REFERENCES: dict[Callable, tuple] = {}
+
+
+PTPP_REF = 20.0  # the Chinchilla-optimal budget: early-stage checkpoints sit around it
+
+
+def register_prior_reference(fn: Callable, coef: str, exponent: str, reference: float):
+    """Declare that the default prior of ``coef`` (a power term ``coef / v^exponent``) is stated
+    for the term at ``v = reference`` (:class:`AtReference`), for every law whose function is
+    ``fn``."""
+    PRIOR_REFERENCES[fn] = PRIOR_REFERENCES.get(fn, ()) + ((coef, exponent, float(reference)),)
+
+
+@functools.cache
+def _at_reference(p: Param, exponent: str, reference: float) -> AtReference:
+    return AtReference(default_prior(p), exponent, math.log(reference))
+
+
+def default_priors(law) -> dict[str, dist.Distribution]:
+    """``{name: prior}`` for every parameter of ``law`` plus the scale ``sigma``; a coefficient
+    declared with :func:`register_prior_reference` gets an :class:`AtReference` prior."""
+    law = get_law(law)
+    out = {p.name: default_prior(p) for p in law.params}
+    params = {p.name: p for p in law.params}
+    for coef, exponent, ref in PRIOR_REFERENCES.get(law.fn, ()):
+        out[coef] = _at_reference(params[coef], exponent, ref)
+    out["sigma"] = default_prior(SCALE)
+    return out
+
+
+def prior_given(priors: dict, name: str, values: Mapping):
+    """The prior of ``name`` as a distribution, given the other parameters' ``values`` (only an
+    :class:`AtReference` prior depends on them)."""
+    d = priors[name]
+    return d.given(values[d.exponent]) if isinstance(d, AtReference) else d
+
+
+def prior_order(priors: dict, names) -> list:
+    """``names`` in an order where every conditional (:class:`AtReference`) prior comes after the
+    parameters it depends on."""
+    return sorted(names, key=lambda n: isinstance(priors[n], AtReference))
+
+
+def draw_prior(priors: dict, key, fixed: Mapping | None = None) -> dict:
+    """One draw of every parameter in ``priors`` (``fixed`` values given), conditional priors
+    after the parameters they depend on."""
+    names = prior_order(priors, priors)
+    keys = jax.random.split(key, len(names))
+    out = dict(fixed or {})
+    for k, n in zip(keys, names):
+        if n not in out:
+            out[n] = float(prior_given(priors, n, out).sample(k))
+    return out
+
+
+def prior_table(law) -> pd.DataFrame:
+    """The default priors of ``law`` as a table: bounds, init range, prior, its 5%/50%/95% quantiles."""
+    law = get_law(law)
+    rows = []
+    pri = default_priors(law)
+    for p in (*law.params, SCALE):
+        d = pri[p.name]
+        if isinstance(d, AtReference):  # the marginal, over the exponent's prior
+            k1, k2 = jax.random.split(jax.random.PRNGKey(0))
+            draws = np.asarray(d.given(pri[d.exponent].sample(k1, (20000,))).sample(k2))
+        else:
+            draws = np.asarray(d.sample(jax.random.PRNGKey(0), (20000,)))
+        q = np.quantile(draws, [0.05, 0.5, 0.95])
+        lo, hi = p.init
+        m, s = prior_loc_scale(p)
+        term = d.term(p.name) if isinstance(d, AtReference) else p.name
+        desc = f"{'log ' if log_scale(p) else ''}{term} ~ N({m:.3g}, {s:.3g})"
+        if math.isfinite(p.lower) or math.isfinite(p.upper):
+            desc += f" on [{p.lower:g}, {p.upper:g}]"
+        rows.append(dict(param=p.name, lower=p.lower, upper=p.upper, init=f"{lo:g} .. {hi:g}",
+                         prior=desc, q05=q[0], median=q[1], q95=q[2], doc=p.doc))
+    return pd.DataFrame(rows)

@@ -1,0 +1,297 @@
+"""The model specification (:class:`Spec`): law, priors, likelihood, fixed values, coordinates;
+its densities, and the table as the arrays they read.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import jax
+import jax.numpy as jnp
+import pandas as pd
+
+import numpyro.distributions as dist
+
+from ..errors import BayesScalingError
+from ..fit import pad_rows
+from ..laws import Law, get as get_law
+from ..objective import huber_logpdf
+from .coordinates import Coordinates, LINEAR_COEFFICIENTS, SAMPLING_COORDINATES, level_coordinates
+from .distributions import FLAT_PRIORS, HUBER_C, log_abs_det_jacobian
+from .likelihood import LIKELIHOODS, STUDENT_DF, likelihood_dist
+from .priors import SCALE, default_priors, log_scale, prior_given
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Everything that defines a model except the data: law, priors, likelihood, fixed values.
+
+    ``free`` lists the inferred parameters (the law's non-fixed parameters, then ``sigma`` unless
+    the scale is fixed); the unconstrained vector ``u`` has one entry per free parameter, each
+    through its Param transform. ``blocks`` are sampling coordinates replacing some of them; the
+    sampling vector ``s`` holds the blocks' coordinates (transformed), then the remaining ``u``.
+    """
+
+    law: Law
+    free: tuple
+    priors: Mapping[str, dist.Distribution]
+    likelihood: str = "huber"
+    fixed: Mapping[str, float] = field(default_factory=dict)
+    scale: float | None = None
+    c: float = HUBER_C
+    student_df: float = STUDENT_DF
+    blocks: tuple = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.free)
+
+    @property
+    def law_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.free if p.name != "sigma")
+
+    def key(self):
+        """Hashable structure of the model (one compiled program per key, whatever the data)."""
+        return (self.law.name, self.law.fn, tuple(sorted(self.law.column_map.items())),
+                self.names, tuple(sorted(self.fixed)), self.scale is None, self.likelihood,
+                self.c, self.student_df, tuple((k, id(v)) for k, v in sorted(self.priors.items())),
+                tuple(id(b) for b in self.blocks))
+
+    # --- the unconstrained vector u (one entry per free parameter) -------------------------------
+    def theta(self, u):
+        """Natural values of the free parameters from ``u`` (last axis), as a dict of arrays."""
+        return {p.name: p.from_unconstrained(u[..., i]) for i, p in enumerate(self.free)}
+
+    def u(self, theta: Mapping[str, float]):
+        return jnp.stack([p.to_unconstrained(jnp.asarray(theta[p.name], jnp.float64))
+                          for p in self.free], -1)
+
+    def log_jacobian(self, u):
+        """log |d theta / d u|: the density of the unconstrained space."""
+        return sum(log_abs_det_jacobian(p, u[..., i]) for i, p in enumerate(self.free))
+
+    def log_jacobian_natural(self, u):
+        """log |d theta / d xi| for the natural coordinates xi (log theta if :func:`log_scale`)."""
+        return sum(jnp.log(p.from_unconstrained(u[..., i]))
+                   for i, p in enumerate(self.free) if log_scale(p))
+
+    # --- the sampling vector s -------------------------------------------------------------------
+    @property
+    def plain(self) -> tuple:
+        taken = {n for b in self.blocks for n in b.params}
+        return tuple(p for p in self.free if p.name not in taken)
+
+    @property
+    def sampled(self) -> tuple:
+        """Params of the sampling vector: every block's coordinates, then the plain parameters."""
+        return tuple(c for b in self.blocks for c in b.coords) + self.plain
+
+    def theta_s(self, s, ref):
+        """Natural values from one sampling vector ``s`` (1-D) and the data references."""
+        return self._theta_s(s, ref, False)[0]
+
+    def _theta_s(self, s, ref, with_jac):
+        """(theta, log |d theta / d s|) in one pass over the blocks (the Jacobian when asked)."""
+        vals = {p.name: p.from_unconstrained(s[i]) for i, p in enumerate(self.sampled)}
+        jac = (sum(log_abs_det_jacobian(p, s[i]) for i, p in enumerate(self.sampled))
+               if with_jac else 0.0)
+        theta = {p.name: vals[p.name] for p in self.plain}
+        for b in self.blocks:
+            c = {cp.name: vals[cp.name] for cp in b.coords}
+            args = (ref[b.name], self.law, self._others(theta, b, ref)) if b.uses_law else (
+                ref[b.name],)
+            if with_jac and b.with_log_det is not None:
+                out, ld = b.with_log_det(c, *args)
+            else:
+                out = b.to_params(c, *args)
+                ld = 0.0
+                if with_jac and b.log_det is not None:
+                    ld = b.log_det(c, *args)
+                elif with_jac:
+                    names = [cp.name for cp in b.coords]
+
+                    def block(cv, b=b, args=args, names=names):
+                        o = b.to_params({n: cv[j] for j, n in enumerate(names)}, *args)
+                        return jnp.stack([o[nm] for nm in b.params])
+
+                    cv = jnp.stack([c[n] for n in names])
+                    ld = jnp.linalg.slogdet(jax.jacfwd(block)(cv))[1]
+            theta.update(out)
+            jac = jac + ld
+        return theta, jac
+
+    def _others(self, theta, block, ref):
+        out = {k: v for k, v in theta.items() if k != "sigma" and k not in block.params}
+        out.update(ref["__fixed__"])
+        return out
+
+    def s(self, theta, ref):
+        """Sampling vector from natural values (the inverse of :meth:`theta_s`)."""
+        vals = {p.name: jnp.asarray(theta[p.name], jnp.float64) for p in self.plain}
+        for b in self.blocks:
+            p = {n: jnp.asarray(theta[n], jnp.float64) for n in b.params}
+            if b.uses_law:
+                th = {k: jnp.asarray(v, jnp.float64) for k, v in theta.items()}
+                vals.update(b.from_params(p, ref[b.name], self.law, self._others(th, b, ref)))
+            else:
+                vals.update(b.from_params(p, ref[b.name]))
+        return jnp.stack([p.to_unconstrained(vals[p.name]) for p in self.sampled], -1)
+
+    def log_jacobian_s(self, s, ref):
+        """log |d theta / d s|: Param transforms plus each block's coordinate map (triangular:
+        a block that reads other parameters holds them at their values)."""
+        return self._theta_s(s, ref, True)[1]
+
+    # --- densities -------------------------------------------------------------------------------
+    def law_params(self, theta, fixed):
+        p = {k: theta[k] for k in self.law_names}
+        p.update(fixed)
+        return p
+
+    def sigma(self, theta, data):
+        return theta["sigma"] if self.scale is None else data["scale"]
+
+    def pointwise_loglik(self, theta, data):
+        """log p(log L_i | theta, sigma) for every row (the log_likelihood group)."""
+        mu = jnp.log(self.law.fn(self.law_params(theta, data["fixed"]), data["x"]))
+        sigma = self.sigma(theta, data)
+        r = mu - data["y"]
+        if self.likelihood == "huber":
+            ll = huber_logpdf(r, sigma, self.c)
+        else:
+            ll = likelihood_dist(self.likelihood, mu, sigma, student_df=self.student_df).log_prob(data["y"])
+        return jnp.where(jnp.isfinite(ll), ll, -jnp.inf)
+
+    def loglik(self, theta, data):
+        """Summed log-likelihood of the table's rows (padding rows, weight 0, add nothing)."""
+        return jnp.sum(jnp.where(data["w"] > 0, self.pointwise_loglik(theta, data), 0.0))
+
+    def log_prior(self, theta):
+        """Sum of the priors' log densities at the natural values (no Jacobian)."""
+        values = {**self.fixed, **theta}
+        return sum(prior_given(self.priors, p.name, values).log_prob(theta[p.name])
+                   for p in self.free)
+
+    def _inside(self, theta):
+        ok = True
+        for p in self.free:
+            v = theta[p.name]
+            ok = ok & (v > p.lower) & (v < p.upper) & jnp.isfinite(v)
+        return ok
+
+    def log_joint(self, u, data, jacobian=True):
+        """Unnormalised log posterior at ``u``: in the unconstrained space (``jacobian=True``)
+        or in the natural space (``False``, whose maximiser is the MAP)."""
+        theta = self.theta(u)
+        lp = self.log_prior(theta) + self.loglik(theta, data)
+        if jacobian:
+            lp = lp + self.log_jacobian(u)
+        return jnp.where(jnp.isfinite(lp), lp, -jnp.inf)
+
+    def log_joint_s(self, s, data):
+        """Unnormalised log posterior density of the sampling vector ``s`` (what NUTS samples)."""
+        theta, jac = self._theta_s(s, data["ref"], True)
+        lp = self.log_prior(theta) + self.loglik(theta, data) + jac
+        return jnp.where(jnp.isfinite(lp) & self._inside(theta), lp, -jnp.inf)
+
+
+def make_spec(law, *, priors=None, likelihood="huber", fixed=None, scale=None, c=HUBER_C,
+              student_df=STUDENT_DF, coordinates="auto", level=None) -> Spec:
+    """Resolve the law, the fixed parameters and the priors into a :class:`Spec`.
+
+    ``priors``: ``None`` (defaults), ``"flat"`` (improper flat priors on the law's parameters; the
+    scale keeps its default prior unless fixed), or ``{name: distribution}`` overriding some
+    defaults. Unknown names raise. ``coordinates``: ``"auto"`` (those declared for the law's
+    function, skipping any block that touches a fixed parameter), ``None`` (plain Param
+    transforms), or a tuple of :class:`Coordinates`. ``level``: linear coefficients to replace by
+    the law's level at the centre of the table and their shares (:func:`level_coordinates`);
+    with ``"auto"`` the law's declared free linear coefficients.
+    """
+    law = get_law(law)
+    if likelihood not in LIKELIHOODS:
+        raise BayesScalingError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}")
+    if "sigma" in law.param_names:
+        raise BayesScalingError(f"law {law.name} has a parameter named 'sigma', which the "
+                                "likelihood's scale uses; rename it")
+    fixed = {k: float(v) for k, v in dict(fixed or {}).items()}
+    unknown = set(fixed) - set(law.param_names)
+    if unknown:
+        raise BayesScalingError(f"fixed names {sorted(unknown)} are not parameters of {law.name}: "
+                                f"{law.param_names}")
+    if scale is not None and not scale > 0:
+        raise BayesScalingError(f"a fixed scale must be positive, got {scale}")
+    free = tuple(p for p in law.params if p.name not in fixed)
+    if not free:
+        raise BayesScalingError(f"every parameter of {law.name} is fixed; nothing to infer")
+    if scale is None:
+        free = free + (SCALE,)
+    pri = default_priors(law)
+    if isinstance(priors, str):
+        if priors != "flat":
+            raise BayesScalingError(f"priors must be None, 'flat' or a dict, got {priors!r}")
+        pri.update({p.name: FLAT_PRIORS[log_scale(p)] for p in law.params})
+    elif priors is not None:
+        unknown = set(priors) - set(law.param_names) - {"sigma"}
+        if unknown:
+            raise BayesScalingError(f"priors given for {sorted(unknown)}, which are not parameters "
+                                    f"of {law.name} ({law.param_names}) or 'sigma'")
+        pri.update(priors)
+    pri = {p.name: pri[p.name] for p in free}
+    if coordinates == "auto":
+        blocks = tuple(b for b in SAMPLING_COORDINATES.get(law.fn, ())
+                       if not set(b.params) & set(fixed))
+        if level is None:
+            level = tuple(c for c in LINEAR_COEFFICIENTS.get(law.fn, ()) if c not in fixed) or None
+    elif coordinates is None:
+        blocks = ()
+    else:
+        blocks = tuple(coordinates)
+        missing = {n for b in blocks for n in b.params} - {p.name for p in free}
+        if missing:
+            raise BayesScalingError(f"coordinates replace {sorted(missing)}, which are not free "
+                                    f"parameters of {law.name}")
+    if level is not None:
+        level = (level,) if isinstance(level, str) else tuple(level)
+        if set(level) & set(fixed):
+            raise BayesScalingError(f"level coefficients {level} include fixed ones")
+        blocks = tuple(b for b in blocks if not set(b.params) & set(level))
+        blocks = blocks + (level_coordinates(level),)
+    taken = [n for b in blocks for n in b.params]
+    if len(taken) != len(set(taken)):
+        raise BayesScalingError(f"coordinate blocks overlap: {taken}")
+    blocks = tuple(_resolve_block(b, law) for b in blocks)
+    blocks = tuple(b for b in blocks if not b.uses_law) + tuple(b for b in blocks if b.uses_law)
+    return Spec(law, free, pri, likelihood, fixed, None if scale is None else float(scale), c,
+                student_df, blocks)
+
+
+_RESOLVED: dict = {}
+
+
+def _resolve_block(block: Coordinates, law: Law) -> Coordinates:
+    """Replace coordinate names that refer to law parameters by the law's Param specs (cached, so
+    a law's resolved blocks keep their identity and compiled programs are reused)."""
+    key = (id(block), law.name, law.fn)
+    if key not in _RESOLVED:
+        coords = tuple(law.param(c) if isinstance(c, str) else c for c in block.coords)
+        _RESOLVED[key] = (dataclasses.replace(block, coords=coords), block)
+    return _RESOLVED[key][0]
+
+
+def data_pytree(spec: Spec, df: pd.DataFrame, pad: bool = True):
+    """The table as the arrays every compiled density reads.
+
+    With ``pad`` the rows are padded to ``row_bucket(n)`` (the next power of two, at least 32)
+    with copies of the first row of weight ``w = 0``, which add nothing to any density: fits on
+    tables of 100 and 120 rows (held-out splits, anchor refits) then share their compiled
+    programs (``bayes_scaling.fit.PAD_ROWS = False`` turns it off everywhere, for benchmarks).
+    The blocks' reference points are computed from the real rows only."""
+    x = spec.law.inputs(df)
+    y = jnp.log(jnp.asarray(df["loss"].to_numpy(dtype=float)))
+    fixed = {k: jnp.asarray(v, jnp.float64) for k, v in spec.fixed.items()}
+    ref = {b.name: b.reference(x) for b in spec.blocks}
+    ref["__fixed__"] = fixed
+    x, y, w = pad_rows(x, y, None if pad is not False else len(y))
+    return {"x": x, "y": y, "w": w, "fixed": fixed, "ref": ref,
+            "scale": jnp.asarray(spec.scale if spec.scale is not None else 1.0, jnp.float64)}
