@@ -64,7 +64,7 @@ def thin_draws(obj, max_draws):
 def _safe_predict(obj, df, which):
     try:
         out = predict_draws(obj, df)
-    except KeyError as e:
+    except DataError as e:
         raise DataError(f"the {which} law cannot be evaluated on plan rows (columns N, D, replay, "
                         f"ptpp): {e}") from None
     return np.where(np.isfinite(out), out, np.inf)

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..errors import BayesScalingError
 from ..laws import Law
-from ..predictive import ParamDraws, as_draws
+from ..predictive import ParamDraws, as_draws, law_inputs
 from .result import json_default
 
 __all__ = ["APPROACHES", "Recipe", "recipe", "recipe_grid", "chinchilla_optimal"]
@@ -71,18 +71,8 @@ def _settings(u, approach, C, D_T):
 
 
 def _recipe_inputs(law: Law, cols):
-    x = {}
-    for v in law.variables:
-        col = law.column(v)
-        if col in cols:
-            x[v] = cols[col]
-        elif v in law.defaults:
-            x[v] = jnp.full_like(cols["M"], float(law.defaults[v]))
-        else:
-            raise BayesScalingError(
-                f"law {law.name} reads column {col!r}, which a recipe does not define (a recipe sets "
-                "M, D, D_T, k, r, r_f, r1); use a law on those columns, e.g. 'm3' or 'chinchilla_m3'")
-    return x
+    return law_inputs(law, cols, where="a recipe (it sets M, D, D_T, k, r, r_f, r1)",
+                      fix="use a law on those columns, e.g. 'm3' or 'chinchilla_m3'")
 
 
 _RECIPE_FNS: dict = {}
