@@ -85,7 +85,8 @@ def main(argv=None):
         if note:
             diag.append(note)
     base_rows = df[(df["D"] == 0) & (df["domain"] == "source")]
-    source_base = df if len(base_rows) else None
+    source_base = (None if base_rows.empty else df if len(P.checkpoint_rows(df, N, args.ptpp))
+                   else P.pretraining_fit(df))
     tau = args.target_loss
     if tau is None:
         row = pd.DataFrame({"N": [N], "D": [16 * N], "replay": [0.25], "ptpp": [args.ptpp]})

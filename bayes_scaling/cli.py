@@ -138,6 +138,8 @@ def cmd_plan(args) -> None:
             base = float(base)
         except ValueError:
             base = _read_table(base, None)
+            if P.checkpoint_rows(base, args.N, args.ptpp).empty:  # the checkpoint is not measured
+                base = P.pretraining_fit(base)
     # an infeasible request raises InfeasiblePlanError, whose message names the closest plan
     pl = P.adaptation(_load_fit(args.target), _load_fit(args.source), N=args.N, ptpp=args.ptpp,
                       max_forgetting=forgetting, target_loss=args.target_loss, prob=args.prob,
@@ -233,7 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target-loss", type=float, required=True, help="target-loss threshold tau")
     s.add_argument("--prob", type=float, help="chance constraints at this probability")
     s.add_argument("--source-base", help="pre-adaptation source loss: a number, or a loss table "
-                                         "(CSV or dataset:NAME) with D == 0 rows")
+                                         "(CSV or dataset:NAME) with D == 0 rows (of the checkpoint, "
+                                         "else of others: a pre-training law is fitted to them)")
     s.add_argument("--replay-bounds", type=float, nargs=2, default=(0.0, 1.0))
     s.add_argument("--atpp-bounds", type=float, nargs=2, default=(1e-2, 1e3))
     s.add_argument("--out", help="write the plan as JSON")

@@ -165,6 +165,23 @@ def test_anchors_are_fitted_and_not_scored(stub_fits, two_domain_table):
     assert res.settings["dropped_d0"] == 9  # the D = 0 rows of the target domain, recorded
 
 
+def test_baseline_law_is_an_argument(stub_fits, two_domain_table):
+    """The transfer and oracle baselines fit the law they are given (default D-CPT), on the same
+    rows as the default ones."""
+    res = ev.ptpp_holdout(["ptpp_gated_floor"], two_domain_table, domain="target",
+                          baseline_law="ptpp_floor")
+    assert [name for name, _ in stub_fits] == ["ptpp_gated_floor", "ptpp_floor", "ptpp_floor"]
+    t = res.table.set_index("label")
+    assert list(t.index) == ["ptpp_gated_floor", "ptpp_floor (transfer)", "ptpp_floor (oracle)"]
+    assert list(t["law"]) == ["ptpp_gated_floor", "ptpp_floor", "ptpp_floor"]
+    assert res.settings["baseline_law"] == "ptpp_floor"
+    assert set(stub_fits[1][1].ptpp.unique()) == {15, 31}  # transfer: training stages only
+    assert set(stub_fits[2][1].ptpp.unique()) == {279}  # oracle: the test stage
+    default = ev.ptpp_holdout(["ptpp_gated_floor"], two_domain_table, domain="target")
+    assert list(default.table["label"])[1:] == [ev.TRANSFER, ev.ORACLE]
+    assert list(default.table["law"])[1:] == ["dcpt", "dcpt"]
+
+
 def test_true_parameters_win_and_table_renders(stub_fits, two_domain_table):
     res = ev.ptpp_holdout(["ptpp_floor", "ptpp_gated_floor"], two_domain_table, domain="target")
     t = res.table.set_index("label")

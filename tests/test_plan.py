@@ -180,17 +180,22 @@ def test_source_base_from_data_rows():
 
 
 def test_source_base_from_a_pretraining_law_fit():
-    """No D = 0 row at (N, PTPP): the table's other checkpoints give L0 through Chinchilla in PTPP*N."""
+    """No D = 0 row at (N, PTPP): the caller fits Chinchilla in PTPP*N to the other checkpoints
+    (pretraining_fit) and passes the fit; the planner itself refuses to fit."""
     chin = bs.laws.get("chinchilla")
     cp = dict(E=1.2, A=40.0, alpha=0.35, B=300.0, beta=0.3)
     grid = pd.DataFrame([dict(N=n, ptpp=p) for n in (2e4, 5e4, 1e5, 2e5) for p in (15.0, 31.0, 279.0)
                          if not (n == N and p == PTPP)])
     loss = np.asarray(chin(cp, {"N": grid["N"].to_numpy(), "D": (grid["ptpp"] * grid["N"]).to_numpy()}))
     rows = grid.assign(D=0.0, loss=loss, domain="source")
-    pl = plan(point(TGT), point(SRC_X), source_base=rows, max_forgetting=0.3)
+    with pytest.raises(bs.DataError, match=r"pretraining_fit\(table\)"):  # never fitted silently
+        plan(point(TGT), point(SRC_X), source_base=rows, max_forgetting=0.3)
+    pl = plan(point(TGT), point(SRC_X), source_base=P.pretraining_fit(rows), max_forgetting=0.3)
     truth = float(chin(cp, {"N": np.array([N]), "D": np.array([PTPP * N])})[0])
     assert pl.source_base["median"] == pytest.approx(truth, rel=1e-4)
     assert pl.source_base_method.startswith("pre-training law")
+    with pytest.raises(bs.DataError, match="too few pre-adaptation source rows"):
+        P.pretraining_fit(rows[rows.N == 2e4])
 
 
 def test_default_source_base_is_the_converged_source_only_loss():

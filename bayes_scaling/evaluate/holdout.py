@@ -81,6 +81,7 @@ def ptpp_holdout(
     seed: int = 0,
     bayes=False,
     baselines: Sequence[str] = ("transfer", "oracle"),
+    baseline_law="dcpt",
     interval: float = 0.9,
     fit_kwargs: Mapping | None = None,
 ) -> Evaluation:
@@ -98,11 +99,12 @@ def ptpp_holdout(
        RMSE_log, MAE_rel, MAPE_clip, calibration intercept and slope, R^2).
     4. Baselines (``baselines``):
 
-       - ``"transfer"``: the PTPP-agnostic ``dcpt`` law fitted on the training stages only,
+       - ``"transfer"``: the PTPP-agnostic ``baseline_law`` (default ``dcpt``) fitted on the
+         training stages only,
          applied unchanged at the test stage. It is never given the anchors (the paper's appendix
          reports the same D-CPT transfer row with and without anchors); it is scored on the same
          rows as the other laws.
-       - ``"oracle"``: ``dcpt`` fitted on *every* test-stage row (anchors included) and scored on
+       - ``"oracle"``: ``baseline_law`` fitted on *every* test-stage row (anchors included) and scored on
          the scored rows: an in-sample upper bound (PTPP paper Appendix B).
 
     5. ``bayes``: ``True`` or a dict of keyword arguments for ``bs.fit_posterior`` (e.g.
@@ -125,6 +127,9 @@ def ptpp_holdout(
         n_starts, seed: multi-start settings of every MAP fit.
         bayes: also fit posteriors (see 5.).
         baselines: any of ``"transfer"``, ``"oracle"``.
+        baseline_law: the law (name or Law) of the baselines; their labels are
+            :data:`TRANSFER` and :data:`ORACLE` for ``dcpt``, ``"<name> (transfer)"`` and
+            ``"<name> (oracle)"`` otherwise.
         interval: level of the ``lower``/``upper`` band written to ``detail`` for posteriors.
         fit_kwargs: extra keyword arguments for ``bs.fit_map`` (e.g. ``method``, ``max_iter``).
 
@@ -178,11 +183,14 @@ def ptpp_holdout(
     fit_rows = pd.concat([train, test[anchor]])
     fkw = dict(fit_kwargs or {})
 
+    base_law = get_law(baseline_law)
     jobs = [(label, law, "candidate", fit_rows) for label, law in named.items()]
     if "transfer" in baselines:
-        jobs.append((TRANSFER, get_law("dcpt"), "transfer", train))
+        label = TRANSFER if base_law.name == "dcpt" else f"{base_law.name} (transfer)"
+        jobs.append((label, base_law, "transfer", train))
     if "oracle" in baselines:
-        jobs.append((ORACLE, get_law("dcpt"), "oracle", test))
+        label = ORACLE if base_law.name == "dcpt" else f"{base_law.name} (oracle)"
+        jobs.append((label, base_law, "oracle", test))
 
     table, detail, fits = [], [], {}
     base_cols = [c for c in ("N", "D", "replay", "ptpp", "loss") if c in test.columns]
@@ -253,7 +261,8 @@ def ptpp_holdout(
     settings = {"domain": domain, "train_ptpp": train_ptpp, "test_ptpp": test_ptpp,
                     "anchors": anchors if isinstance(anchors, (str, type(None))) else "custom",
                     "anchor_rows": test.index[anchor].tolist(), "delta": delta, "n_starts": n_starts,
-                    "seed": seed, "baselines": tuple(baselines), "bayes": bool(bayes),
+                    "seed": seed, "baselines": tuple(baselines), "baseline_law": base_law.name,
+                    "bayes": bool(bayes),
                     "dropped_d0": int(d0.sum()), "n_train": len(train), "n_test": len(test),
                     "stages_present": stages}
     return Evaluation("ptpp_holdout", table, pd.concat(detail, ignore_index=True), fits, settings)

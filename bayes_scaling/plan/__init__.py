@@ -28,7 +28,7 @@ Modules: ``result`` (Plan, PlanPoint, InfeasiblePlanError), ``adaptation`` (the 
 forecasts come from :mod:`bayes_scaling.predictive`.
 """
 from ..predictive import ParamDraws, as_draws, order_statistic, predict_draws
-from .adaptation import adaptation
+from .adaptation import adaptation, checkpoint_rows, pretraining_fit
 from .figure import plot_adaptation
 from .recipe import APPROACHES, Recipe, chinchilla_optimal, recipe, recipe_grid
 from .result import InfeasiblePlanError, Plan, PlanPoint, parse_forgetting
@@ -42,11 +42,13 @@ __all__ = [
     "Recipe",
     "adaptation",
     "as_draws",
+    "checkpoint_rows",
     "chinchilla_optimal",
     "order_statistic",
     "parse_forgetting",
     "plot_adaptation",
     "predict_draws",
+    "pretraining_fit",
     "recipe",
     "recipe_grid",
 ]

@@ -14,7 +14,8 @@ from ..fit import fit_map
 from ..predictive import ParamDraws, order_statistic, predict_draws
 from .result import InfeasiblePlanError, Plan, PlanPoint, parse_forgetting
 
-__all__ = ["REPLAY_CLIP", "PlanProblem", "adaptation", "source_base_loss", "thin_draws"]
+__all__ = ["REPLAY_CLIP", "PlanProblem", "adaptation", "checkpoint_rows", "pretraining_fit",
+           "source_base_loss", "thin_draws"]
 
 REPLAY_CLIP = (1e-9, 1.0 - 1e-9)  # the PTPP paper clips r to [1e-9, 1 - 1e-9]
 SOURCE_BASE_ATPP = 1e9  # "D -> infinity" of the law-based default for L_src,0 (see adaptation)
@@ -191,47 +192,67 @@ def source_base_loss(source, source_base, N, ptpp, D_hi=None, rtol=1e-6):
         return v, v[:, 0], ("law default: L_src(N, D -> inf, r = 1, PTPP), the converged source-only "
                             "loss, a lower bound on the checkpoint's (conservative)")
     if isinstance(source_base, pd.DataFrame):
-        df = source_base
-        need = {"loss", "D", "N", "ptpp"}
-        if not need <= set(df.columns):
-            raise DataError(f"source_base table needs columns {sorted(need)}; it has {list(df.columns)}")
-        base = (df["D"] == 0) & (df["ptpp"] > 0)
-        if "domain" in df.columns:
-            base &= df["domain"] == "source"
-        m = base & np.isclose(df["N"], N, rtol=rtol) & np.isclose(df["ptpp"], ptpp, rtol=rtol)
-        if m.any():
-            vals = df.loc[m, "loss"].to_numpy(float)
-            return float(vals.mean()), vals, f"data: mean of {m.sum()} pre-adaptation source row(s)"
-        return _pretraining_base(df[base], N, ptpp)
+        rows = checkpoint_rows(source_base, N, ptpp, rtol)
+        if rows.empty:
+            raise DataError(
+                f"no pre-adaptation source rows (D == 0, domain == 'source') at N={N:g}, "
+                f"PTPP={ptpp:g} in the source_base table. Pass the checkpoint's measured loss "
+                "(source_base=<float>), or a pre-training law fitted to the table's other "
+                "checkpoints: source_base=bs.plan.pretraining_fit(table)")
+        vals = rows["loss"].to_numpy(float)
+        return float(vals.mean()), vals, f"data: mean of {len(vals)} pre-adaptation source row(s)"
+    if hasattr(source_base, "law"):
+        at = pd.DataFrame({"N": [N], "D": [ptpp * N]})
+        v = float(np.median(predict_draws(source_base, at)))
+        return v, np.array([v]), (f"pre-training law ({source_base.law.name} in N and PTPP*N) "
+                                  f"evaluated at N={N:g}, PTPP={ptpp:g}")
     v = float(source_base)
     if not (math.isfinite(v) and v > 0):
         raise BayesScalingError(f"source_base must be a positive loss, got {source_base!r}")
     return v, np.array([v]), "given"
 
 
-def _pretraining_base(rows: pd.DataFrame, N, ptpp, min_rows=6):
-    """L_src,0 at (N, PTPP) from the table's other pre-adaptation source rows.
+def checkpoint_rows(table: pd.DataFrame, N=None, ptpp=None, rtol=1e-6) -> pd.DataFrame:
+    """The pre-adaptation source rows of ``table`` (``D == 0``, ``ptpp > 0`` and, when the table
+    has a ``domain`` column, ``domain == "source"``): pre-training losses of checkpoints; with
+    ``N`` and ``ptpp``, only those of that checkpoint."""
+    need = {"loss", "D", "N", "ptpp"}
+    if not need <= set(table.columns):
+        raise DataError(f"source_base table needs columns {sorted(need)}; it has "
+                        f"{list(table.columns)}")
+    m = (table["D"] == 0) & (table["ptpp"] > 0)
+    if "domain" in table.columns:
+        m &= table["domain"] == "source"
+    if N is not None:
+        m &= np.isclose(table["N"], N, rtol=rtol) & np.isclose(table["ptpp"], ptpp, rtol=rtol)
+    return table[m]
 
-    Those rows are pre-training losses of checkpoints with N parameters trained on PTPP * N tokens,
-    so the Chinchilla law ``L0 = E + A/N^alpha + B/(PTPP N)^beta`` (Hoffmann et al. 2022; M3 Eq. 2)
-    is fitted to them (Huber on log residuals, delta = 0.02) and evaluated at (N, PTPP * N).
+
+def pretraining_fit(table: pd.DataFrame, *, delta: float = 0.02, n_starts: int = 32,
+                    seed: int = 0, min_rows: int = 6):
+    """A pre-training law for ``L_src,0`` fitted to a table's pre-adaptation source rows.
+
+    Those rows (:func:`checkpoint_rows`) are pre-training losses of checkpoints with N parameters
+    trained on PTPP * N tokens, so the Chinchilla law ``L0 = E + A/N^alpha + B/(PTPP N)^beta``
+    (Hoffmann et al. 2022; M3 Eq. 2) is fitted to them (Huber on log residuals, ``delta``). Pass
+    the result as ``adaptation(..., source_base=fit)``: it is evaluated at (N, PTPP * N).
+
+    Raises:
+        DataError: fewer than ``min_rows`` rows, or fewer than 2 sizes or 2 stages.
     """
+    rows = checkpoint_rows(table)
     have = sorted({(float(a), float(b)) for a, b in zip(rows["N"], rows["ptpp"])})
     if len(rows) < min_rows or rows["N"].nunique() < 2 or rows["ptpp"].nunique() < 2:
         raise DataError(
-            f"no pre-adaptation source rows (D == 0, domain == 'source') at N={N:g}, PTPP={ptpp:g} "
-            f"in the source_base table, and too few others to fit a pre-training law across sizes "
-            f"and stages ({len(rows)} rows at (N, ptpp) = {have[:12]}; need >= {min_rows} over >= 2 "
-            "sizes and >= 2 stages). Pass source_base=<float> instead.")
+            "too few pre-adaptation source rows (D == 0, domain == 'source') to fit a pre-training "
+            f"law across sizes and stages ({len(rows)} rows at (N, ptpp) = {have[:12]}; need >= "
+            f"{min_rows} over >= 2 sizes and >= 2 stages). Pass source_base=<float> instead.")
     t = pd.DataFrame({"N": rows["N"].to_numpy(float),
                       "D": (rows["ptpp"] * rows["N"]).to_numpy(float),
                       "loss": rows["loss"].to_numpy(float)})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fit = fit_map("chinchilla", t, delta=0.02, n_starts=32, seed=0)
-    v = float(fit.predict(pd.DataFrame({"N": [N], "D": [ptpp * N]}))[0])
-    return v, np.array([v]), (f"pre-training law (Chinchilla in N and PTPP*N) fitted to {len(t)} "
-                              f"pre-adaptation source rows, evaluated at N={N:g}, PTPP={ptpp:g}")
+        return fit_map("chinchilla", t, delta=delta, n_starts=n_starts, seed=seed)
 
 
 def adaptation(target, source, *, N: float, ptpp: float, max_forgetting, target_loss: float,
@@ -267,10 +288,10 @@ def adaptation(target, source, *, N: float, ptpp: float, max_forgetting, target_
 
     - ``source_base=<float>``: used as given (e.g. the measured loss of the checkpoint);
     - ``source_base=<DataFrame>``: the mean loss of its rows with D == 0 (and ``domain ==
-      "source"`` when that column exists) at this N and PTPP (the un-adapted checkpoint); when the
-      table has no such row, its other D == 0 source rows are pre-training losses, so the
-      Chinchilla law ``L0 = E + A/N^alpha + B/(PTPP N)^beta`` fitted to them is evaluated at
-      (N, PTPP * N) (at least 6 rows over 2 sizes and 2 stages);
+      "source"`` when that column exists) at this N and PTPP (the un-adapted checkpoint);
+    - ``source_base=<fit>``: a pre-training law in (N, D) (a ``MapFit``, posterior or
+      :class:`ParamDraws`, e.g. :func:`pretraining_fit` of a table whose other checkpoints were
+      measured), evaluated at (N, PTPP * N) (median over draws);
     - ``None`` (default): the law's own limit ``L_src(N, D -> inf, r = 1, PTPP)`` per draw (evaluated
       at ATPP = 1e9 with r = 1 - 1e-9), the loss continued source-only training converges to.
       Continued source-only training can only lower the checkpoint's loss, so this is a lower bound
