@@ -109,7 +109,8 @@ def main(argv=None):
     try:
         plan = P.adaptation(fits["target"], fits["source"], N=N, ptpp=args.ptpp,
                             max_forgetting=args.max_forgetting, target_loss=tau, prob=args.prob,
-                            source_base=source_base, replay_bounds=rb, atpp_bounds=ab)
+                            source_base=source_base, replay_bounds=rb, atpp_bounds=ab,
+                            allow_extrapolation=args.extrapolate or forecast)
     except P.InfeasiblePlanError as e:
         text = (f"# Adaptation plan, N = {N:.0f}, PTPP {args.ptpp:g}\n\n{stage_note}"
                 + (" (a forecast: no PTPP-279 adaptation rows yet)" if forecast else "")

@@ -24,8 +24,8 @@ from .errors import BayesScalingError, DataError
 from .laws import Law
 from .laws import get as get_law
 
-__all__ = ["ParamDraws", "as_draws", "law_inputs", "observation_draws", "order_statistic",
-           "predict_draws", "standard_noise"]
+__all__ = ["ParamDraws", "as_draws", "fitted_range", "law_inputs", "observation_draws",
+           "order_statistic", "predict_draws", "standard_noise"]
 
 
 def law_inputs(law: Law, table, *, where: str = "the table", fix: str = "") -> dict:
@@ -89,6 +89,7 @@ class ParamDraws:
         sigma: optional ``(S,)`` scale of the log-residual likelihood (the posterior's ``sigma``).
         likelihood: the likelihood on ``log L``: ``"huber"``, ``"student_t"`` or ``"normal"``.
         c, student_df: the Huber threshold and the Student-t degrees of freedom.
+        data_range: optional ``{column: (min, max)}`` of the rows the draws were fitted on.
     """
 
     law: Law
@@ -97,6 +98,7 @@ class ParamDraws:
     likelihood: str = "normal"
     c: float = HUBER_C
     student_df: float = STUDENT_DF
+    data_range: dict | None = None
 
     def __post_init__(self):
         self.law = get_law(self.law)
@@ -150,7 +152,7 @@ class ParamDraws:
         idx = np.unique(np.linspace(0, self.n_draws - 1, int(max_draws)).round().astype(int))
         return ParamDraws(self.law, {k: v[idx] for k, v in self.params.items()},
                           None if self.sigma is None else self.sigma[idx], self.likelihood,
-                          self.c, self.student_df)
+                          self.c, self.student_df, self.data_range)
 
 
 _JIT_CACHE: dict = {}
@@ -199,12 +201,29 @@ def as_draws(obj, max_draws: int | None = None) -> ParamDraws:
                  else settings.get("scale", None))
         return ParamDraws(law, params, sigma, settings.get("likelihood", "normal"),
                           float(settings.get("c", HUBER_C)),
-                          float(settings.get("student_df", STUDENT_DF))).thin(max_draws)
+                          float(settings.get("student_df", STUDENT_DF)),
+                          fitted_range(obj)).thin(max_draws)
     params = getattr(obj, "params", None)
     if isinstance(params, Mapping):
         return ParamDraws(law, {k: np.array([float(v)]) for k, v in params.items()})
     raise BayesScalingError(f"cannot read parameter draws from {type(obj).__name__}: it has "
                             "neither idata.posterior nor a params dict")
+
+
+def fitted_range(obj) -> dict | None:
+    """``{column: (min, max)}`` of the rows ``obj`` was fitted on, ``None`` when unknown.
+
+    Read from :attr:`ParamDraws.data_range`, a posterior's ``idata.constant_data`` (its fitted
+    input columns) or a fit's ``settings["data_range"]``.
+    """
+    if isinstance(obj, ParamDraws):
+        return obj.data_range
+    cd = getattr(getattr(obj, "idata", None), "constant_data", None)
+    if cd is not None:
+        return {str(k): (float(np.min(cd[k])), float(np.max(cd[k]))) for k in cd.data_vars
+                if k != "loss"}
+    rng = (getattr(obj, "settings", None) or {}).get("data_range")
+    return None if rng is None else {k: (float(v[0]), float(v[1])) for k, v in rng.items()}
 
 
 def predict_draws(obj, df) -> np.ndarray:

@@ -104,8 +104,8 @@ def ptpp_holdout(
          applied unchanged at the test stage. It is never given the anchors (the paper's appendix
          reports the same D-CPT transfer row with and without anchors); it is scored on the same
          rows as the other laws.
-       - ``"oracle"``: ``baseline_law`` fitted on *every* test-stage row (anchors included) and scored on
-         the scored rows: an in-sample upper bound (PTPP paper Appendix B).
+       - ``"oracle"``: ``baseline_law`` fitted on *every* test-stage row (anchors included) and
+         scored on the scored rows: an in-sample upper bound (PTPP paper Appendix B).
 
     5. ``bayes``: ``True`` or a dict of keyword arguments for ``bs.fit_posterior`` (e.g.
        ``{"method": "laplace"}``). Each law (and the transfer baseline) is then also fitted as a

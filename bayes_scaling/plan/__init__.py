@@ -24,17 +24,20 @@ Both work through a law's public interface only (DESIGN.md rule 1): ``predict_dr
 plans, per-draw parameter values for the recipe optimiser (:func:`as_draws`).
 
 Modules: ``result`` (Plan, PlanPoint, InfeasiblePlanError), ``adaptation`` (the plan search),
-``figure`` (the PTPP paper's Figure 2), ``recipe`` (the M3 recipe optimiser); the draws and
-forecasts come from :mod:`bayes_scaling.predictive`.
+``extrapolation`` (plans against the fitted data), ``figure`` (the PTPP paper's Figure 2),
+``recipe`` (the M3 recipe optimiser); the draws and forecasts come from
+:mod:`bayes_scaling.predictive`.
 """
 from ..predictive import ParamDraws, as_draws, order_statistic, predict_draws
 from .adaptation import adaptation, checkpoint_rows, pretraining_fit
+from .extrapolation import ExtrapolationError
 from .figure import plot_adaptation
 from .recipe import APPROACHES, Recipe, chinchilla_optimal, recipe, recipe_grid
 from .result import InfeasiblePlanError, Plan, PlanPoint, parse_forgetting
 
 __all__ = [
     "APPROACHES",
+    "ExtrapolationError",
     "InfeasiblePlanError",
     "ParamDraws",
     "Plan",

@@ -12,6 +12,7 @@ import pandas as pd
 from ..errors import BayesScalingError, DataError
 from ..fit import fit_map
 from ..predictive import ParamDraws, order_statistic, predict_draws
+from .extrapolation import ExtrapolationError, fitted_replay, outside, ranges
 from .result import InfeasiblePlanError, Plan, PlanPoint, parse_forgetting
 
 __all__ = ["REPLAY_CLIP", "PlanProblem", "adaptation", "checkpoint_rows", "pretraining_fit",
@@ -256,9 +257,9 @@ def pretraining_fit(table: pd.DataFrame, *, delta: float = 0.02, n_starts: int =
 
 
 def adaptation(target, source, *, N: float, ptpp: float, max_forgetting, target_loss: float,
-               prob: float | None = None, replay_bounds=(0.0, 1.0), atpp_bounds=(1e-2, 1e3),
+               prob: float | None = None, replay_bounds=None, atpp_bounds=(1e-2, 1e3),
                source_base=None, interval: float = 0.9, max_draws: int | None = None,
-               n_replay: int = 41) -> Plan:
+               n_replay: int = 41, allow_extrapolation: bool = False) -> Plan:
     """The PTPP paper's Section 4 plan: smallest ATPP and a replay ratio meeting both constraints.
 
     Solves (PTPP paper, Sec. 4)::
@@ -283,6 +284,13 @@ def adaptation(target, source, *, N: float, ptpp: float, max_forgetting, target_
     every replay at once, one ``predict_draws`` call per step); the replay is then refined by
     zooming grids around the best value. No monotonicity in D is assumed beyond the coarse grid.
 
+    Extrapolation: a plan whose model size N, tokens D, replay or PTPP lies outside the rows a
+    fit was fitted on (known for posteriors and ``ParamDraws`` with ``data_range``; checked on
+    the columns each law reads) rests on the law's form alone. By default such a plan is refused
+    (:class:`ExtrapolationError`, naming each distance: a factor for N, D and PTPP, a difference
+    for replay); with ``allow_extrapolation=True`` it is returned with the distances in
+    ``plan.extrapolation`` and labelled in its ``repr``.
+
     The pre-adaptation source loss ``L_src,0`` (the paper's ``L_src(N, 0, 1, PTPP)``; the law itself
     diverges at D = 0):
 
@@ -305,27 +313,42 @@ def adaptation(target, source, *, N: float, ptpp: float, max_forgetting, target_
         max_forgetting: absolute loss increase (float) or relative string like ``"+2%"``.
         target_loss: tau.
         prob: chance-constraint probability in (0, 1), needs several draws; ``None``: deterministic.
-        replay_bounds, atpp_bounds: the search box.
+        replay_bounds, atpp_bounds: the search box; ``replay_bounds=None`` (default) is the
+            replay range both fits were fitted on, or [0, 1] when it is not known.
         source_base: see above.
         interval: width of the reported central intervals.
         max_draws: thin ``ParamDraws`` to at most this many draws.
         n_replay: replay grid size of the first pass.
+        allow_extrapolation: return (labelled) plans outside the fitted data instead of refusing.
 
     Returns:
         :class:`Plan`.
 
     Raises:
         InfeasiblePlanError: nothing in the box meets the constraints; carries the closest plan
-            and the thresholds it meets. BayesScalingError/DataError: bad arguments.
+            and the thresholds it meets. ExtrapolationError: the plan lies outside the fitted
+            data (see above). BayesScalingError/DataError: bad arguments, or a law that reads
+            neither replay nor ptpp.
     """
     # --- validate ------------------------------------------------------------------------------
     for name, v in (("N", N), ("ptpp", ptpp), ("target_loss", target_loss)):
         if not (isinstance(v, (int, float, np.floating, np.integer)) and math.isfinite(v) and v > 0):
             raise BayesScalingError(f"{name} must be a positive number, got {v!r}")
     fval, frel = parse_forgetting(max_forgetting)
+    for which, fit in (("target", target), ("source", source)):
+        law = getattr(fit, "law", None)
+        if law is not None and not {"replay", "ptpp"} & {law.column(v) for v in law.variables}:
+            raise BayesScalingError(
+                f"the {which} law {law.name} reads neither replay nor ptpp, so every adaptation "
+                "plan looks the same to it; pass a fit of a law of adaptation runs (e.g. dcpt, "
+                "ptpp_gated_floor)")
+    rngs = ranges({"target": target, "source": source})
+    if replay_bounds is None:
+        replay_bounds = fitted_replay(rngs) or (0.0, 1.0)
     r_lo, r_hi = (float(b) for b in replay_bounds)
     if not (0.0 <= r_lo <= r_hi <= 1.0):
-        raise BayesScalingError(f"replay_bounds must satisfy 0 <= lo <= hi <= 1, got {replay_bounds}")
+        raise BayesScalingError(
+            f"replay_bounds must satisfy 0 <= lo <= hi <= 1, got {replay_bounds}")
     a_lo, a_hi = (float(b) for b in atpp_bounds)
     if not (0 < a_lo < a_hi and math.isfinite(a_hi)):
         raise BayesScalingError(f"atpp_bounds must satisfy 0 < lo < hi < inf, got {atpp_bounds}")
@@ -342,11 +365,29 @@ def adaptation(target, source, *, N: float, ptpp: float, max_forgetting, target_
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            return _adaptation(target, source, N, ptpp, tau, fval, frel, max_forgetting, prob,
+            plan = _adaptation(target, source, N, ptpp, tau, fval, frel, max_forgetting, prob,
                                r_lo, r_hi, a_lo, a_hi, D_lo, D_hi, source_base, interval,
                                max_draws, n_replay)
+            _check_extrapolation(plan, rngs, allow_extrapolation)
+            return plan
     finally:
         _reemit_once(caught)
+
+
+def _check_extrapolation(plan: Plan, rngs: dict, allow: bool) -> None:
+    """Label ``plan`` with its distances outside the fitted data; refuse it unless ``allow``."""
+    points = (("deterministic", plan.deterministic), ("chance", plan.chance))
+    plan.extrapolation = [
+        f"{kind} plan: {m}" for kind, p in points if p is not None
+        for m in outside({"N": plan.N, "D": p.D, "replay": p.replay, "ptpp": plan.ptpp}, rngs)]
+    plan.settings["allow_extrapolation"] = bool(allow)
+    if plan.extrapolation and not allow:
+        raise ExtrapolationError(
+            "the plan lies outside the data its laws were fitted on: "
+            + "; ".join(plan.extrapolation) + ". Narrow replay_bounds/atpp_bounds to the fitted "
+            "range, fit on data that cover the plan, or pass allow_extrapolation=True "
+            "(--allow-extrapolation) to accept a plan labelled as extrapolated.",
+            plan=plan, distances=plan.extrapolation)
 
 
 def _reemit_once(caught):

@@ -117,7 +117,9 @@ class Plan:
         chance: the plan meeting each constraint with probability ``prob`` (or ``None``).
         curves: per replay on the search grid, the minimal D meeting the target constraint, the
             forgetting constraint and both, for the median forecast and at ``prob``.
-        settings: bounds, grid sizes, laws, number of draws.
+        settings: bounds, grid sizes, laws, number of draws, ``allow_extrapolation``.
+        extrapolation: where the plan lies outside the data its laws were fitted on (one message
+            per column and fit, naming the distance); empty inside it.
     """
 
     N: float
@@ -133,6 +135,7 @@ class Plan:
     chance: PlanPoint | None
     curves: pd.DataFrame
     settings: dict
+    extrapolation: list = field(default_factory=list)
     _fits: tuple = field(default=(None, None), repr=False, compare=False)
 
     # The plan to act on: the chance-constrained one when it was asked for.
@@ -170,13 +173,15 @@ class Plan:
         if self.chance is not None:
             lines.append(f"  chance-constrained (p={self.prob:g}): {self.chance.line(self.delta_rel)}")
             lines.append(f"  price of certainty: x{self.price_of_certainty:.3f} FLOPs")
+        if self.extrapolation:
+            lines.append("  EXTRAPOLATED beyond the fitted data: " + "; ".join(self.extrapolation))
         return "\n".join(lines)
 
     # --- persistence ---------------------------------------------------------------------------
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("N", "ptpp", "target_loss", "max_forgetting", "delta_rel",
                                            "prob", "interval", "source_base", "source_base_method",
-                                           "settings")}
+                                           "settings", "extrapolation")}
         d["deterministic"] = asdict(self.deterministic)
         d["chance"] = None if self.chance is None else asdict(self.chance)
         d["curves"] = self.curves.to_dict(orient="list")
