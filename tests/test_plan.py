@@ -467,6 +467,9 @@ def test_default_replay_bounds_are_the_fitted_replay_range():
     pl = plan(tgt, src)
     assert pl.settings["replay_bounds"] == [0.02, 0.2]  # what both fits cover
     assert pl.extrapolation == [] and "EXTRAPOLATED" not in repr(pl)
+    assert pl.settings["range_unknown"] == [] and "not checked" not in repr(pl)
+    half = plan(tgt, point(SRC_X), replay_bounds=(0.02, 0.2))
+    assert "not checked for extrapolation: the source fit(s)" in repr(half)
     ref = plan(point(TGT), point(SRC_X), replay_bounds=(0.02, 0.2))
     assert pl.deterministic.replay == pytest.approx(ref.deterministic.replay, rel=1e-9)
     assert plan(point(TGT), point(SRC_X)).settings["replay_bounds"] == [0.0, 1.0]  # unknown range

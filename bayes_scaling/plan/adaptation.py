@@ -381,6 +381,7 @@ def _check_extrapolation(plan: Plan, rngs: dict, allow: bool) -> None:
         f"{kind} plan: {m}" for kind, p in points if p is not None
         for m in outside({"N": plan.N, "D": p.D, "replay": p.replay, "ptpp": plan.ptpp}, rngs)]
     plan.settings["allow_extrapolation"] = bool(allow)
+    plan.settings["range_unknown"] = [r for r in ("target", "source") if r not in rngs]
     if plan.extrapolation and not allow:
         raise ExtrapolationError(
             "the plan lies outside the data its laws were fitted on: "

@@ -117,7 +117,8 @@ class Plan:
         chance: the plan meeting each constraint with probability ``prob`` (or ``None``).
         curves: per replay on the search grid, the minimal D meeting the target constraint, the
             forgetting constraint and both, for the median forecast and at ``prob``.
-        settings: bounds, grid sizes, laws, number of draws, ``allow_extrapolation``.
+        settings: bounds, grid sizes, laws, number of draws, ``allow_extrapolation`` and
+            ``range_unknown`` (the fits whose data range is not known, so not checked).
         extrapolation: where the plan lies outside the data its laws were fitted on (one message
             per column and fit, naming the distance); empty inside it.
     """
@@ -175,6 +176,10 @@ class Plan:
             lines.append(f"  price of certainty: x{self.price_of_certainty:.3f} FLOPs")
         if self.extrapolation:
             lines.append("  EXTRAPOLATED beyond the fitted data: " + "; ".join(self.extrapolation))
+        unknown = self.settings.get("range_unknown")
+        if unknown:
+            lines.append(f"  not checked for extrapolation: the {' and '.join(unknown)} fit(s) "
+                         "do not record the range of their data")
         return "\n".join(lines)
 
     # --- persistence ---------------------------------------------------------------------------
