@@ -85,7 +85,8 @@ def main(argv=None):
         if note:
             diag.append(note)
     base_rows = df[(df["D"] == 0) & (df["domain"] == "source")]
-    source_base = df if len(base_rows) else None
+    source_base = (None if base_rows.empty else df if len(P.checkpoint_rows(df, N, args.ptpp))
+                   else P.pretraining_fit(df))
     tau = args.target_loss
     if tau is None:
         row = pd.DataFrame({"N": [N], "D": [16 * N], "replay": [0.25], "ptpp": [args.ptpp]})
@@ -108,7 +109,8 @@ def main(argv=None):
     try:
         plan = P.adaptation(fits["target"], fits["source"], N=N, ptpp=args.ptpp,
                             max_forgetting=args.max_forgetting, target_loss=tau, prob=args.prob,
-                            source_base=source_base, replay_bounds=rb, atpp_bounds=ab)
+                            source_base=source_base, replay_bounds=rb, atpp_bounds=ab,
+                            allow_extrapolation=args.extrapolate or forecast)
     except P.InfeasiblePlanError as e:
         text = (f"# Adaptation plan, N = {N:.0f}, PTPP {args.ptpp:g}\n\n{stage_note}"
                 + (" (a forecast: no PTPP-279 adaptation rows yet)" if forecast else "")

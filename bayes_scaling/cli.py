@@ -138,11 +138,13 @@ def cmd_plan(args) -> None:
             base = float(base)
         except ValueError:
             base = _read_table(base, None)
+            if P.checkpoint_rows(base, args.N, args.ptpp).empty:  # the checkpoint is not measured
+                base = P.pretraining_fit(base)
     # an infeasible request raises InfeasiblePlanError, whose message names the closest plan
     pl = P.adaptation(_load_fit(args.target), _load_fit(args.source), N=args.N, ptpp=args.ptpp,
                       max_forgetting=forgetting, target_loss=args.target_loss, prob=args.prob,
-                      replay_bounds=tuple(args.replay_bounds),
-                      atpp_bounds=tuple(args.atpp_bounds), source_base=base)
+                      replay_bounds=args.replay_bounds, atpp_bounds=tuple(args.atpp_bounds),
+                      source_base=base, allow_extrapolation=args.allow_extrapolation)
     print(repr(pl))
     if args.out:
         pl.save(args.out)
@@ -233,9 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target-loss", type=float, required=True, help="target-loss threshold tau")
     s.add_argument("--prob", type=float, help="chance constraints at this probability")
     s.add_argument("--source-base", help="pre-adaptation source loss: a number, or a loss table "
-                                         "(CSV or dataset:NAME) with D == 0 rows")
-    s.add_argument("--replay-bounds", type=float, nargs=2, default=(0.0, 1.0))
+                                         "(CSV or dataset:NAME) with D == 0 rows (of the "
+                                         "checkpoint, else of others: a pre-training law is "
+                                         "fitted to them)")
+    s.add_argument("--replay-bounds", type=float, nargs=2, metavar=("LO", "HI"),
+                   help="replay search range (default: the replay range both fits were fitted "
+                        "on; 0 1 when a fit does not record it)")
     s.add_argument("--atpp-bounds", type=float, nargs=2, default=(1e-2, 1e3))
+    s.add_argument("--allow-extrapolation", action="store_true",
+                   help="accept a plan outside the fitted N, D, replay or PTPP range (labelled); "
+                        "by default it is refused with the distance")
     s.add_argument("--out", help="write the plan as JSON")
     s.add_argument("--figure", help="write the paper's Figure 2 for the plan (PNG)")
     s.set_defaults(func=cmd_plan)

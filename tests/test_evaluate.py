@@ -13,8 +13,9 @@ from conftest import form3_grid, simulate
 from scipy.stats import norm
 
 import bayes_scaling as bs
-import bayes_scaling.fit as bs_fit
 from bayes_scaling import evaluate as ev
+
+HOLDOUT_POSTERIOR = "bayes_scaling.evaluate.holdout.fit_posterior"  # replaced by stubs below
 
 # --------------------------------------------------------------------------------------------------
 # Probabilistic metrics: hand-computed values and closed forms
@@ -119,7 +120,8 @@ def stub_fits(monkeypatch):
         calls.append((law.name, df.copy()))
         return StubFit(law, {k: truth[k] for k in law.param_names}, df)
 
-    monkeypatch.setattr(bs_fit, "fit_map", fake_fit_map)
+    for module in ("holdout", "splits"):
+        monkeypatch.setattr(f"bayes_scaling.evaluate.{module}.fit_map", fake_fit_map)
     return calls
 
 
@@ -161,6 +163,23 @@ def test_anchors_are_fitted_and_not_scored(stub_fits, two_domain_table):
     everything = bs.metrics.score(det["loss"], det["pred"], delta=0.02)
     assert t.loc["ptpp_floor", "mae_rel"] != pytest.approx(everything["mae_rel"])
     assert res.settings["dropped_d0"] == 9  # the D = 0 rows of the target domain, recorded
+
+
+def test_baseline_law_is_an_argument(stub_fits, two_domain_table):
+    """The transfer and oracle baselines fit the law they are given (default D-CPT), on the same
+    rows as the default ones."""
+    res = ev.ptpp_holdout(["ptpp_gated_floor"], two_domain_table, domain="target",
+                          baseline_law="ptpp_floor")
+    assert [name for name, _ in stub_fits] == ["ptpp_gated_floor", "ptpp_floor", "ptpp_floor"]
+    t = res.table.set_index("label")
+    assert list(t.index) == ["ptpp_gated_floor", "ptpp_floor (transfer)", "ptpp_floor (oracle)"]
+    assert list(t["law"]) == ["ptpp_gated_floor", "ptpp_floor", "ptpp_floor"]
+    assert res.settings["baseline_law"] == "ptpp_floor"
+    assert set(stub_fits[1][1].ptpp.unique()) == {15, 31}  # transfer: training stages only
+    assert set(stub_fits[2][1].ptpp.unique()) == {279}  # oracle: the test stage
+    default = ev.ptpp_holdout(["ptpp_gated_floor"], two_domain_table, domain="target")
+    assert list(default.table["label"])[1:] == [ev.TRANSFER, ev.ORACLE]
+    assert list(default.table["law"])[1:] == ["dcpt", "dcpt"]
 
 
 def test_true_parameters_win_and_table_renders(stub_fits, two_domain_table):
@@ -213,8 +232,6 @@ class StubPosterior:
 
 
 def test_posterior_path_adds_probabilistic_metrics(stub_fits, two_domain_table, monkeypatch):
-    import bayes_scaling.bayes as bayes_mod
-
     truth = bs.laws.get("ptpp_gated_floor").example
     seen = []
 
@@ -223,7 +240,7 @@ def test_posterior_path_adds_probabilistic_metrics(stub_fits, two_domain_table, 
         seen.append((law.name, len(df), kw))
         return StubPosterior(law, {k: truth[k] for k in law.param_names}, 0.003, kw["seed"])
 
-    monkeypatch.setattr(bayes_mod, "fit_posterior", fake_posterior, raising=False)
+    monkeypatch.setattr(HOLDOUT_POSTERIOR, fake_posterior)
     res = ev.ptpp_holdout(["ptpp_gated_floor"], two_domain_table, domain="target",
                           anchors="paper", bayes={"method": "laplace"}, seed=3)
     post = res.table[res.table.fit == "posterior"].set_index("label")
@@ -271,12 +288,9 @@ def test_posterior_loglik_uses_the_posteriors_likelihood():
 
 def test_holdout_lpd_comes_from_the_likelihood_when_available(stub_fits, two_domain_table,
                                                               monkeypatch):
-    import bayes_scaling.bayes as bayes_mod
-
     truth = bs.laws.get("ptpp_gated_floor").example
-    monkeypatch.setattr(bayes_mod, "fit_posterior", lambda law, df, **kw: SettingsPosterior(
-        bs.laws.get(law), {k: truth[k] for k in bs.laws.get(law).param_names}, 0.003, 0),
-        raising=False)
+    monkeypatch.setattr(HOLDOUT_POSTERIOR, lambda law, df, **kw: SettingsPosterior(
+        bs.laws.get(law), {k: truth[k] for k in bs.laws.get(law).param_names}, 0.003, 0))
     res = ev.ptpp_holdout(["ptpp_gated_floor"], two_domain_table, domain="target", bayes=True,
                           baselines=())
     post = res.table[res.table.fit == "posterior"].iloc[0]

@@ -4,9 +4,11 @@ Synthetic problems with closed-form constraint boundaries: the D-CPT law with C 
 target gives L_tgt <= tau  <=>  D >= (B r^nu / (tau - E - A/N^alpha))^(1/beta); for the source,
 Delta L_src <= delta  <=>  D >= (B r^nu / (L0 + delta - E - A/N^alpha - C/(r+eps)^gamma))^(1/beta).
 """
+import importlib
 import json
 import math
 
+import arviz as az
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,6 +16,7 @@ from scipy.optimize import brentq, minimize_scalar
 
 import bayes_scaling as bs
 from bayes_scaling import plan as P
+from bayes_scaling.cli import main as cli_main
 from bayes_scaling.laws.m3 import TABLE13
 
 N, PTPP, L0, TAU = 1e5, 279.0, 2.0, 2.0
@@ -24,6 +27,7 @@ SRC_X = dict(E=0.9, A=40.0, alpha=0.35, B=30.0, beta=0.3, nu=0.0, C=0.02, gamma=
 # nu > 0: the forgetting boundary has an interior minimum in r, which is the optimum
 SRC_I = dict(E=1.0, A=40.0, alpha=0.35, B=100.0, beta=0.3, nu=0.2, C=0.02, gamma=0.5)
 DCPT = bs.laws.get("dcpt")
+RECIPE_MODULE = importlib.import_module("bayes_scaling.plan.recipe")  # the module, not the function
 
 
 def point(params):
@@ -178,17 +182,22 @@ def test_source_base_from_data_rows():
 
 
 def test_source_base_from_a_pretraining_law_fit():
-    """No D = 0 row at (N, PTPP): the table's other checkpoints give L0 through Chinchilla in PTPP*N."""
+    """No D = 0 row at (N, PTPP): the caller fits Chinchilla in PTPP*N to the other checkpoints
+    (pretraining_fit) and passes the fit; the planner itself refuses to fit."""
     chin = bs.laws.get("chinchilla")
     cp = dict(E=1.2, A=40.0, alpha=0.35, B=300.0, beta=0.3)
     grid = pd.DataFrame([dict(N=n, ptpp=p) for n in (2e4, 5e4, 1e5, 2e5) for p in (15.0, 31.0, 279.0)
                          if not (n == N and p == PTPP)])
     loss = np.asarray(chin(cp, {"N": grid["N"].to_numpy(), "D": (grid["ptpp"] * grid["N"]).to_numpy()}))
     rows = grid.assign(D=0.0, loss=loss, domain="source")
-    pl = plan(point(TGT), point(SRC_X), source_base=rows, max_forgetting=0.3)
+    with pytest.raises(bs.DataError, match=r"pretraining_fit\(table\)"):  # never fitted silently
+        plan(point(TGT), point(SRC_X), source_base=rows, max_forgetting=0.3)
+    pl = plan(point(TGT), point(SRC_X), source_base=P.pretraining_fit(rows), max_forgetting=0.3)
     truth = float(chin(cp, {"N": np.array([N]), "D": np.array([PTPP * N])})[0])
     assert pl.source_base["median"] == pytest.approx(truth, rel=1e-4)
     assert pl.source_base_method.startswith("pre-training law")
+    with pytest.raises(bs.DataError, match="too few pre-adaptation source rows"):
+        P.pretraining_fit(rows[rows.N == 2e4])
 
 
 def test_default_source_base_is_the_converged_source_only_loss():
@@ -242,8 +251,18 @@ def test_prob_with_a_point_fit_is_refused():
 
 def test_law_without_plan_columns_is_refused():
     m3 = P.ParamDraws(bs.laws.get("m3"), {k: np.array([v]) for k, v in TABLE13["ja"].items()})
-    with pytest.raises(bs.DataError, match="cannot be evaluated"):
-        plan(m3, point(SRC_X))
+    chin = P.ParamDraws(bs.laws.get("chinchilla"), {k: np.array([TGT[k]])
+                                                    for k in ("E", "A", "alpha", "B", "beta")})
+    for law, which in ((m3, "target"), (chin, "target")):
+        with pytest.raises(bs.BayesScalingError,
+                           match=f"the {which} law {law.law.name} reads neither replay nor ptpp"):
+            plan(law, point(SRC_X))
+    with pytest.raises(bs.BayesScalingError, match="the source law chinchilla reads neither"):
+        plan(point(TGT), chin)
+    # a law of adaptation runs on other columns: the rows it misses are named
+    on_m = P.ParamDraws(DCPT.renamed("dcpt_on_M", N="M"), point(TGT).params)
+    with pytest.raises(bs.DataError, match=r"cannot be evaluated.*\['M'\]"):
+        plan(on_m, point(SRC_X))
 
 
 @pytest.mark.parametrize("spec, out", [("+2%", (0.02, True)), ("2%", (0.02, True)),
@@ -335,7 +354,7 @@ def test_recipe_optimum_beats_dense_random_search():
     law = one("m3", TABLE13["id"])
     C, D_T = 1e18 / 16, 5.8316 * 1e18 ** 0.4757 / 32
     rc = P.recipe(law, C=C, D_T=D_T, approaches=("multi_2stage",))
-    fn = P._recipe_fn(law.law, "multi_2stage", False)
+    fn = RECIPE_MODULE._recipe_fn(law.law, "multi_2stage", False)
     rng = np.random.default_rng(0)
     n = 200_000
     u = np.stack([rng.uniform(np.log(1e-6), np.log(1e4), n), rng.uniform(np.log(1e-3), 0, n),
@@ -430,3 +449,102 @@ def test_plan_with_fitted_posteriors():
     assert pl.chance.p_target >= 0.9 and pl.chance.p_forgetting >= 0.9
     ref = plan(point(TGT | {"C": 1e-3}), point(SRC_I), **kw).deterministic
     assert pl.deterministic.atpp == pytest.approx(ref.atpp, rel=0.2)  # the fit recovers the plan
+
+
+# --- plans against the range of the fitted data (refused by default, labelled when allowed) ------
+
+RANGE = {"N": (2e4, 5e4), "D": (2e4, 2.56e7), "replay": (0.05, 0.5)}
+
+
+def ranged(params, data_range):
+    return P.ParamDraws(DCPT, {k: np.array([v]) for k, v in params.items()},
+                        data_range=data_range)
+
+
+def test_default_replay_bounds_are_the_fitted_replay_range():
+    tgt = ranged(TGT, {"replay": (0.01, 0.2)})
+    src = ranged(SRC_X, {"replay": (0.02, 0.5)})
+    pl = plan(tgt, src)
+    assert pl.settings["replay_bounds"] == [0.02, 0.2]  # what both fits cover
+    assert pl.extrapolation == [] and "EXTRAPOLATED" not in repr(pl)
+    assert pl.settings["range_unknown"] == [] and "not checked" not in repr(pl)
+    half = plan(tgt, point(SRC_X), replay_bounds=(0.02, 0.2))
+    assert "not checked for extrapolation: the source fit(s)" in repr(half)
+    ref = plan(point(TGT), point(SRC_X), replay_bounds=(0.02, 0.2))
+    assert pl.deterministic.replay == pytest.approx(ref.deterministic.replay, rel=1e-9)
+    assert plan(point(TGT), point(SRC_X)).settings["replay_bounds"] == [0.0, 1.0]  # unknown range
+    with pytest.raises(bs.BayesScalingError, match="disjoint replay ranges"):
+        plan(ranged(TGT, {"replay": (0.01, 0.02)}), ranged(SRC_X, {"replay": (0.1, 0.5)}))
+
+
+def test_plan_outside_the_fitted_data_is_refused_naming_the_distance(tmp_path):
+    tgt, src = ranged(TGT, RANGE), ranged(SRC_X, {"replay": RANGE["replay"]})
+    with pytest.raises(P.ExtrapolationError, match="outside the data") as ei:
+        plan(tgt, src, replay_bounds=(0.0, 1.0))
+    r = ei.value.plan.deterministic.replay
+    assert r < 0.05  # the unconstrained optimum, 0.0286, lies below the fitted replay
+    assert ei.value.distances == [
+        "deterministic plan: model size N = 1e+05 is 2x above the target fit's range "
+        "[2e+04, 5e+04]",
+        f"deterministic plan: replay = {r:.4g} is {0.05 - r:.3g} below the target fit's range "
+        "[0.05, 0.5]",
+        f"deterministic plan: replay = {r:.4g} is {0.05 - r:.3g} below the source fit's range "
+        "[0.05, 0.5]"]
+    pl = plan(tgt, src, replay_bounds=(0.0, 1.0), allow_extrapolation=True)
+    assert pl.extrapolation == ei.value.distances and pl.settings["allow_extrapolation"]
+    assert "EXTRAPOLATED beyond the fitted data: deterministic plan: model size" in repr(pl)
+    pl.save(tmp_path / "plan.json")
+    assert P.Plan.load(tmp_path / "plan.json").extrapolation == pl.extrapolation
+
+
+def test_distances_are_factors_for_sizes_and_differences_for_replay():
+    rng = {"source": {"D": (1e6, 1e8), "ptpp": (279.0, 279.0), "replay": (0.1, 0.5)}}
+    row = {"N": 1e5, "D": 1e9, "replay": 0.75, "ptpp": 31.0}
+    assert P.extrapolation.outside(row, rng) == [
+        "adaptation tokens D = 1e+09 is 10x above the source fit's range [1e+06, 1e+08]",
+        "pre-training PTPP = 31 is 9x below the source fit's range [279, 279]",
+        "replay = 0.75 is 0.25 above the source fit's range [0.1, 0.5]"]
+    assert P.extrapolation.outside({"N": 1e5, "D": 1e7, "replay": 0.5, "ptpp": 279.0}, rng) == []
+
+
+def saved_posterior(path, law, params, rows, S=64, seed=0):
+    """A posterior of ``law`` from known draws around ``params``, fitted (nominally) on ``rows``."""
+    rng = np.random.default_rng(seed)
+    draws = {k: v * np.exp(0.01 * rng.standard_normal((1, S))) for k, v in params.items()}
+    draws["sigma"] = np.full((1, S), 0.003)
+    settings = {"free": [*params, "sigma"], "fixed": {}, "likelihood": "normal", "c": 1.345,
+                "student_df": 4.0, "scale": 0.003, "method": "laplace"}
+    data = {c: rows[c].to_numpy(float) for c in law.columns} | {"loss": np.ones(len(rows))}
+    post = bs.Posterior(law, az.from_dict(posterior=draws, constant_data=data), map=dict(params),
+                        diagnostics={"ok": True}, modes=pd.DataFrame(), settings=settings,
+                        data_hash="")
+    post.save(path)
+    return post
+
+
+def test_plan_command_refuses_extrapolation_and_wrong_laws(tmp_path, capsys):
+    rows = pd.DataFrame([dict(N=n, D=a * n, replay=r, ptpp=PTPP) for n in (2e4, 5e4)
+                         for r in (0.05, 0.5) for a in (1, 256)])
+    tgt = saved_posterior(tmp_path / "t.nc", DCPT, TGT, rows)
+    saved_posterior(tmp_path / "s.nc", DCPT, SRC_X, rows)
+    assert P.as_draws(tgt).data_range == {"N": (2e4, 5e4), "D": (2e4, 1.28e7),
+                                          "replay": (0.05, 0.5)}
+    args = ["plan", "--target", str(tmp_path / "t.nc"), "--source", str(tmp_path / "s.nc"),
+            "--N", "1e5", "--ptpp", str(PTPP), "--max-forgetting", "2%", "--target-loss",
+            str(TAU), "--source-base", str(L0)]
+    assert cli_main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the plan lies outside the data") and "Traceback" not in err
+    assert "model size N = 1e+05 is 2x above the target fit's range [2e+04, 5e+04]" in err
+    assert "--allow-extrapolation" in err
+    assert cli_main(args + ["--allow-extrapolation"]) == 0
+    out = capsys.readouterr().out
+    assert "replay=" in out and "EXTRAPOLATED beyond the fitted data" in out
+    # the default replay search is the fitted range: [0.05, 0.5], not [0, 1]
+    assert "replay=5.0%" in out
+
+    chin = bs.laws.get("chinchilla")
+    saved_posterior(tmp_path / "c.nc", chin, {k: TGT[k] for k in chin.param_names}, rows)
+    assert cli_main(args[:2] + [str(tmp_path / "c.nc")] + args[3:]) == 2
+    err = capsys.readouterr().err
+    assert "the target law chinchilla reads neither replay nor ptpp" in err

@@ -1,0 +1,102 @@
+"""The one predictive (bayes_scaling.predictive): the reader of a law's inputs and the noise model.
+
+Parameter draws are generated around Chinchilla's published fit; the predictive draws of a
+ParamDraws must be those of the Posterior it was read from, and the noise must follow the
+likelihood's own standard density (checked against closed forms, not against the sampler).
+"""
+import dataclasses
+import math
+
+import arviz as az
+import jax
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+import bayes_scaling as bs
+from bayes_scaling import predictive as pr
+
+LAW = bs.laws.get("chinchilla")
+TRUTH = dict(E=1.69, A=406.4, alpha=0.34, B=410.7, beta=0.28)
+ROWS = pd.DataFrame({"N": [1e8, 4e8, 1e9, 7e9], "D": [2e9, 8e9, 2e10, 1.4e11]})
+
+
+def posterior(likelihood, S=400, with_sigma=True, seed=0):
+    """A Posterior of Chinchilla built from known draws (no sampling)."""
+    rng = np.random.default_rng(seed)
+    draws = {k: v * np.exp(0.01 * rng.standard_normal((1, S))) for k, v in TRUTH.items()}
+    free = list(TRUTH)
+    if with_sigma:
+        draws["sigma"] = 0.02 * np.exp(0.1 * rng.standard_normal((1, S)))
+        free.append("sigma")
+    settings = {"free": free, "fixed": {}, "likelihood": likelihood, "c": 1.345,
+                "student_df": 4.0, "scale": 0.03, "method": "laplace"}
+    return bs.Posterior(LAW, az.from_dict(posterior=draws), map=dict(TRUTH),
+                        diagnostics={"ok": True}, modes=pd.DataFrame(), settings=settings,
+                        data_hash="")
+
+
+@pytest.mark.parametrize("likelihood", ["huber", "student_t", "normal"])
+def test_draws_of_a_posterior_predict_what_the_posterior_predicts(likelihood):
+    post = posterior(likelihood)
+    d = pr.as_draws(post)
+    assert d.likelihood == likelihood and d.n_draws == 400
+    for kind in ("mean", "predictive"):
+        np.testing.assert_allclose(d.predict_draws(ROWS, kind, seed=5),
+                                   post.predict_draws(ROWS, kind, seed=5), rtol=1e-12)
+
+
+def test_fixed_scale_is_the_noise_scale():
+    post = posterior("normal", with_sigma=False)
+    d = pr.as_draws(post)
+    np.testing.assert_allclose(d.sigma, 0.03)
+    np.testing.assert_allclose(d.predict_draws(ROWS, "predictive", seed=1),
+                               post.predict_draws(ROWS, "predictive", seed=1), rtol=1e-12)
+
+
+def huber_tail_mass(c):
+    """P(|eps| > c) under exp(-rho_c(eps)) / Z(c): core sqrt(2 pi)(2 Phi(c) - 1), tails
+    2 exp(-c^2 / 2) / c (integral of exp(c^2 / 2 - c |z|) beyond c)."""
+    core = math.sqrt(2 * math.pi) * (2 * stats.norm.cdf(c) - 1)
+    tail = 2 * math.exp(-c**2 / 2) / c
+    return tail / (core + tail)
+
+
+def test_noise_follows_the_likelihood():
+    n, sigma = 40_000, 0.05
+    mean = np.ones((1, n))
+    key = jax.random.PRNGKey(0)
+    z = {kind: np.log(pr.observation_draws(mean, [sigma], kind, key))[0] / sigma
+         for kind in ("huber", "student_t", "normal")}
+    assert stats.kstest(z["student_t"], stats.t(4.0).cdf).statistic < 0.01
+    assert stats.kstest(z["normal"], stats.norm.cdf).statistic < 0.01
+    assert np.mean(np.abs(z["huber"]) > 1.345) == pytest.approx(huber_tail_mass(1.345), abs=6e-3)
+    # the tails of the three differ as their densities do
+    q = {k: np.quantile(np.abs(v), 0.999) for k, v in z.items()}
+    assert q["normal"] < q["huber"] < q["student_t"]
+
+
+def test_law_inputs_reads_tables_and_traced_columns():
+    dcpt = bs.laws.get("dcpt")
+    got = pr.law_inputs(LAW, ROWS)
+    np.testing.assert_array_equal(np.asarray(got["N"]), ROWS["N"].to_numpy())
+    with pytest.raises(bs.DataError, match=r"reads column\(s\) \['replay'\].*the plan rows"):
+        pr.law_inputs(dcpt, ROWS, where="the plan rows")
+    # a column with a default may be absent: it takes the default, shaped like the columns
+    law = dataclasses.replace(LAW, name="chinchilla_at_1e9", defaults={"N": 1e9})
+    x = pr.law_inputs(law, {"D": np.full((3, 2), 2e10)})
+    np.testing.assert_array_equal(np.asarray(x["N"]), np.full((3, 2), 1e9))
+    d = pr.ParamDraws(law, {k: [v] for k, v in TRUTH.items()})
+    np.testing.assert_allclose(d.predict_draws(ROWS[["D"]])[0],
+                               np.asarray(LAW(TRUTH, ROWS.assign(N=1e9))), rtol=1e-12)
+
+
+def test_bad_likelihood_and_kind_are_refused():
+    with pytest.raises(bs.BayesScalingError, match="likelihood must be one of"):
+        pr.ParamDraws(LAW, {k: [v] for k, v in TRUTH.items()}, sigma=0.1, likelihood="cauchy")
+    d = pr.ParamDraws(LAW, {k: [v] for k, v in TRUTH.items()})
+    with pytest.raises(bs.BayesScalingError, match="needs sigma draws"):
+        d.predict_draws(ROWS, "predictive")
+    with pytest.raises(bs.BayesScalingError, match="kind must be"):
+        d.predict_draws(ROWS, "median")
