@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 from training import m3, sweep
 from training.config import ConfigError, spec_hash
 from training.loop import EpochBatches, Mixture, Staged
-from training.model import Size, build, flops_per_token, param_counts
+from training.model import Size, build, param_counts
 from training.store import Store, export
 from training.tables import M3
 
@@ -64,7 +64,7 @@ def test_factor_identities_hold_for_every_planned_job(full):
             counts[size] = param_counts(build(size, 0))
         n, n_ne = counts[size]
         assert (n, n_ne) == (j["N"], j["N_nonemb"])
-        assert j["M"] == flops_per_token(size, n_ne, head=False)
+        assert j["M"] == 6 * n_ne + 12 * size.n_layer * size.d_model * TOK  # M3 Table 4
         assert abs(j["M"] / (m["M0"] * 2.0 ** -j["f_M"]) - 1) <= m["M_tolerance"]
         r = Fraction(*j["r"])
         assert r == Fraction(1, 2 ** j["f_r"])

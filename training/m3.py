@@ -14,8 +14,8 @@ Appendix B. A config with an ``[m3]`` table (``training/configs/m3.toml``) is th
 and ``M0 = C0 / D_T0``, so the total token count is ``D = C / M = 2^(f_M + f_C) D_T0`` and the
 target tokens seen are ``r D = k D_T`` (``D`` and ``D_T`` are exact: ``D_T0`` is a power of two
 and a multiple of the context). ``M`` is the model scale in non-embedding FLOPs per token,
-``training.model.flops_per_token(size, N_nonemb, head=False)`` (``6 N_nonemb + 6 n_layer
-context d_model``); each ``f_M`` is served by one model shape from the config whose actual ``M``
+``training.model.model_scale(size, N_nonemb)`` (``6 N_nonemb + 12 n_layer d_model S``, S = 128,
+the paper's Table 4); each ``f_M`` is served by one model shape from the config whose actual ``M``
 is within ``M_tolerance`` of the nominal ``M0 2^-f_M``. Rows report the actual ``M`` and
 ``C = M D`` (exactly ``M D``), with the nominal values beside them (``M_nominal``, ``C_nominal``)
 and the factors (``f_C``, ``f_D``: setups sharing them share the nominal ``(C, D_T)``).
@@ -77,7 +77,7 @@ from .loop import (
     evaluate,
     run_branches,
 )
-from .model import CONTEXT, Size, build, flops_per_token, param_counts
+from .model import CONTEXT, Size, build, model_scale, param_counts
 from .runner import finish, job_setup, load_corpora, resume, trunk_saver
 
 TABLE = "m3"
@@ -88,7 +88,8 @@ R1_CANDIDATES = (Fraction(1, 2), Fraction(1, 4), Fraction(1, 8), Fraction(1, 16)
 R2_CANDIDATES = (Fraction(1, 4), Fraction(1, 2), Fraction(3, 4), Fraction(1))
 # Cost model of one single-threaded worker with a core to itself, in CPU seconds (measured on this
 # project's 2-core machine, see training/configs/m3.toml): an optimizer step of batch 16 x 128
-# costs STEP_SECONDS[0] + STEP_SECONDS[1] * n_layer + STEP_SECONDS[2] * M; evaluating one window
+# costs STEP_SECONDS[0] + STEP_SECONDS[1] * n_layer + STEP_SECONDS[2] * F, with F = 6 N_nonemb
+# + 6 n_layer d_model S the FLOPs per token it was measured against; evaluating one window
 # costs EVAL_STEP_FRACTION / batch_size of a step; each job has JOB_SECONDS of fixed overhead.
 # Used to order jobs (cheapest first) and for the estimate ``python -m training plan`` prints.
 STEP_SECONDS = (0.015, 0.006, 6.0e-8)
@@ -277,7 +278,7 @@ def _models(cfg: dict) -> dict[int, dict]:
     for spec in m["models"]:
         size = Size(spec["n_layer"], spec["d_model"], spec["n_head"])
         n, n_ne = param_counts(build(size, 0))
-        M = round(flops_per_token(size, n_ne, head=False))  # an integer: exact in the CSV
+        M = model_scale(size, n_ne)  # an integer: exact in the CSV
         nominal = m["M0"] * 2.0 ** -spec["f_M"]
         if abs(M / nominal - 1) > m["M_tolerance"]:
             raise ConfigError(f"m3.models f_M={spec['f_M']}: M = {M:.0f} is more than "
@@ -464,7 +465,8 @@ def job_tokens(spec: dict) -> int:
 def estimate_seconds(spec: dict) -> float:
     """Estimated CPU seconds of a job on one single-threaded worker (see ``STEP_SECONDS``)."""
     a, per_layer, b = STEP_SECONDS
-    step = a + per_layer * spec["n_layer"] + b * spec["M"]
+    flops = 6 * (spec["N_nonemb"] + spec["n_layer"] * spec["d_model"] * CONTEXT)
+    step = a + per_layer * spec["n_layer"] + b * flops
     evals = len(spec["branches"]) * 2 * spec["eval_sequences"]  # target + helper windows
     return (job_steps(spec) + evals * EVAL_STEP_FRACTION / spec["batch_size"]) * step + JOB_SECONDS
 
