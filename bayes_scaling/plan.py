@@ -443,8 +443,10 @@ def _thin_obj(obj, max_draws):
 
 
 def _safe_predict(obj, df, which):
+    """Law values at plan rows, whose columns are the law's variables (``N``, ``D``, ``replay``,
+    ``ptpp``): each is read under the column the law maps it to (``Law.column_map``)."""
     try:
-        out = predict_draws(obj, df)
+        out = predict_draws(obj, df.rename(columns=dict(obj.law.column_map)))
     except KeyError as e:
         raise DataError(f"the {which} law cannot be evaluated on plan rows (columns N, D, replay, "
                         f"ptpp): {e}") from None
@@ -573,25 +575,27 @@ def _source_base(source, source_base, N, ptpp, D_hi=None, rtol=1e-6):
                             "loss, a lower bound on the checkpoint's (conservative)")
     if isinstance(source_base, pd.DataFrame):
         df = source_base
-        need = {"loss", "D", "N", "ptpp"}
+        n_col = source.law.column("N")  # the table's model size, as the source law reads it
+        need = {"loss", "D", n_col, "ptpp"}
         if not need <= set(df.columns):
             raise DataError(f"source_base table needs columns {sorted(need)}; it has {list(df.columns)}")
         base = (df["D"] == 0) & (df["ptpp"] > 0)
         if "domain" in df.columns:
             base &= df["domain"] == "source"
-        m = base & np.isclose(df["N"], N, rtol=rtol) & np.isclose(df["ptpp"], ptpp, rtol=rtol)
+        m = base & np.isclose(df[n_col], N, rtol=rtol) & np.isclose(df["ptpp"], ptpp, rtol=rtol)
         if m.any():
             vals = df.loc[m, "loss"].to_numpy(float)
             return float(vals.mean()), vals, f"data: mean of {m.sum()} pre-adaptation source row(s)"
-        return _pretraining_base(df[base], N, ptpp)
+        return _pretraining_base(df[base], N, ptpp, n_col)
     v = float(source_base)
     if not (math.isfinite(v) and v > 0):
         raise BayesScalingError(f"source_base must be a positive loss, got {source_base!r}")
     return v, np.array([v]), "given"
 
 
-def _pretraining_base(rows: pd.DataFrame, N, ptpp, min_rows=6):
-    """L_src,0 at (N, PTPP) from the table's other pre-adaptation source rows.
+def _pretraining_base(rows: pd.DataFrame, N, ptpp, n_col="N", min_rows=6):
+    """L_src,0 at (N, PTPP) from the table's other pre-adaptation source rows (model size in
+    column ``n_col``).
 
     Those rows are pre-training losses of checkpoints with N parameters trained on PTPP * N tokens,
     so the Chinchilla law ``L0 = E + A/N^alpha + B/(PTPP N)^beta`` (Hoffmann et al. 2022; M3 Eq. 2)
@@ -599,15 +603,15 @@ def _pretraining_base(rows: pd.DataFrame, N, ptpp, min_rows=6):
     """
     from .fit import fit_map
 
-    have = sorted({(float(a), float(b)) for a, b in zip(rows["N"], rows["ptpp"])})
-    if len(rows) < min_rows or rows["N"].nunique() < 2 or rows["ptpp"].nunique() < 2:
+    have = sorted({(float(a), float(b)) for a, b in zip(rows[n_col], rows["ptpp"])})
+    if len(rows) < min_rows or rows[n_col].nunique() < 2 or rows["ptpp"].nunique() < 2:
         raise DataError(
             f"no pre-adaptation source rows (D == 0, domain == 'source') at N={N:g}, PTPP={ptpp:g} "
             f"in the source_base table, and too few others to fit a pre-training law across sizes "
             f"and stages ({len(rows)} rows at (N, ptpp) = {have[:12]}; need >= {min_rows} over >= 2 "
             "sizes and >= 2 stages). Pass source_base=<float> instead.")
-    t = pd.DataFrame({"N": rows["N"].to_numpy(float),
-                      "D": (rows["ptpp"] * rows["N"]).to_numpy(float),
+    t = pd.DataFrame({"N": rows[n_col].to_numpy(float),
+                      "D": (rows["ptpp"] * rows[n_col]).to_numpy(float),
                       "loss": rows["loss"].to_numpy(float)})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -726,8 +730,8 @@ def _adaptation(target, source, N, ptpp, tau, fval, frel, max_forgetting, prob, 
     base_vals, base_draws, base_method = _source_base(source, source_base, N, ptpp, D_hi)
     problem = _Problem(target, source, N, ptpp, tau, fval, frel, base_vals)
     if prob is not None:
-        S = min(predict_draws(problem.target, problem.rows([0.5], [D_lo])).shape[0],
-                predict_draws(problem.source, problem.rows([0.5], [D_lo])).shape[0])
+        S = min(_safe_predict(problem.target, problem.rows([0.5], [D_lo]), "target").shape[0],
+                _safe_predict(problem.source, problem.rows([0.5], [D_lo]), "source").shape[0])
         if S < 2:
             raise BayesScalingError(f"prob={prob} needs posterior draws; a point fit has one draw. "
                                     "Use bs.fit_posterior (or ParamDraws), or prob=None.")

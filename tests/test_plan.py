@@ -430,3 +430,31 @@ def test_plan_with_fitted_posteriors():
     assert pl.chance.p_target >= 0.9 and pl.chance.p_forgetting >= 0.9
     ref = plan(point(TGT | {"C": 1e-3}), point(SRC_I), **kw).deterministic
     assert pl.deterministic.atpp == pytest.approx(ref.atpp, rel=0.2)  # the fit recovers the plan
+
+
+def test_plans_read_the_model_size_through_the_laws_column_map():
+    """Laws reading N from N_nonemb (``Law.renamed``) plan as the plain laws do at the same N; the
+    source_base table is read on that column too (its N, the total count, matches no row): rows at
+    (N, PTPP) are averaged, and without them Chinchilla is fitted to the others in N_nonemb."""
+    law = DCPT.renamed("dcpt", N="N_nonemb")
+
+    def on_nonemb(params):
+        return P.ParamDraws(law, {k: np.array([v]) for k, v in params.items()})
+
+    rows = pd.DataFrame({"loss": [1.9, 2.1], "N_nonemb": [N, N], "N": [3 * N, 3 * N],
+                         "D": [0.0, 0.0], "ptpp": [PTPP] * 2, "domain": ["source"] * 2})
+    got = plan(on_nonemb(TGT), on_nonemb(SRC_X), source_base=rows)
+    ref = plan(point(TGT), point(SRC_X), source_base=rows.assign(N=rows["N_nonemb"]))
+    assert got.source_base == ref.source_base and got.source_base["mean"] == pytest.approx(2.0)
+    assert got.deterministic.atpp == pytest.approx(ref.deterministic.atpp, rel=1e-12)
+    assert got.deterministic.replay == ref.deterministic.replay
+
+    chin = bs.laws.get("chinchilla")
+    cp = dict(E=1.2, A=40.0, alpha=0.35, B=300.0, beta=0.3)
+    grid = pd.DataFrame([dict(N_nonemb=n, ptpp=p) for n in (2e4, 5e4, 2e5) for p in (15.0, 279.0)])
+    loss = chin(cp, {"N": grid["N_nonemb"].to_numpy(),
+                     "D": (grid["ptpp"] * grid["N_nonemb"]).to_numpy()})
+    others = grid.assign(N=3 * grid["N_nonemb"], D=0.0, loss=np.asarray(loss), domain="source")
+    got = plan(on_nonemb(TGT), on_nonemb(SRC_X), source_base=others, max_forgetting=0.3)
+    truth = float(chin(cp, {"N": np.array([N]), "D": np.array([PTPP * N])})[0])
+    assert got.source_base["median"] == pytest.approx(truth, rel=1e-4)
