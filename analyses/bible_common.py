@@ -10,12 +10,15 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 import bayes_scaling as bs
+from bayes_scaling.objective import data_hash
 
 STAGES = (15.0, 31.0, 279.0)
 #: The model-size column of the studies: PTPP and ATPP are tokens per non-embedding parameter.
@@ -41,7 +44,7 @@ def synthetic_table(seed=0, noise=0.004) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     rows = []
     for i, (n, total) in enumerate(SYNTHETIC_SIZES):
-        size = dict(N=float(total), N_nonemb=float(n), size=f"s{i + 1}")
+        size = {"N": float(total), "N_nonemb": float(n), "size": f"s{i + 1}"}
         for p in STAGES:
             rows.append(dict(size, ptpp=p, D=0.0, replay=np.nan, is_base=True))
             for r in (0.1, 0.25, 0.5):
@@ -93,9 +96,6 @@ def posterior(law, df, *, seed=0, kind="auto", posterior_kw=None):
 def _model_code_hash() -> str:
     """Hash of the package's source: a saved posterior is stale once the model code (priors,
     sampling coordinates, laws) has changed."""
-    import hashlib
-    from pathlib import Path
-
     h = hashlib.sha256()
     for f in sorted(Path(bs.__file__).parent.rglob("*.py")):
         h.update(f.read_bytes())
@@ -105,10 +105,6 @@ def _model_code_hash() -> str:
 def cached_posterior(law, df, path, *, seed=0, kind="auto", posterior_kw=None):
     """:func:`posterior`, reusing ``path`` (netCDF) when it was fitted on the same rows and law
     by the same package code."""
-    from pathlib import Path
-
-    from bayes_scaling.objective import data_hash
-
     path = Path(path)
     cols = [law.column(v) for v in law.variables if law.column(v) in df] + ["loss"]
     key = {"law": law.name, "rows": int(len(df)), "hash": data_hash(df, cols), "kind": kind,

@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from training import sweep
+from training import kinds, sweep
 from training.config import ConfigError
 from training.loop import WSD, Batches, Mixture, branch_start
 from training.store import Store, export
@@ -144,3 +144,40 @@ def test_store_refuses_changed_jobs_but_allows_a_trimmed_grid(tmp_path):
     store.claim(sweep.plan(trimmed))  # same settings for the remaining jobs: fine
     with pytest.raises(ConfigError, match="different settings"):
         store.claim(sweep.plan({**cfg, "batch_size": 8}))
+
+
+def test_execute_runs_each_job_after_its_deps_and_reports_failures():
+    """The seam to workers: ``execute(pending, run_one, backend)`` starts a job only once its deps
+    are finished (in ``finished`` or run here), calls ``on_done`` per job, re-raises a job's error
+    and refuses jobs whose deps can never finish."""
+    jobs = [{"id": "c", "deps": ["a", "b"]}, {"id": "b", "deps": ["a"]}, {"id": "a", "deps": []},
+            {"id": "d", "deps": ["z"]}]
+    ran, done = [], []
+
+    def run_one(job):
+        ran.append(job["id"])
+        return job["id"]
+
+    sweep.execute(jobs[:3], run_one, sweep.InlineBackend(), on_done=lambda j: done.append(j))
+    assert ran == ["a", "b", "c"] and [j["id"] for j in done] == ran
+    ran.clear()
+    sweep.execute(jobs[3:], run_one, sweep.InlineBackend(), finished={"z"})
+    assert ran == ["d"]
+    with pytest.raises(RuntimeError, match=r"\['d'\] wait on unfinished deps"):
+        sweep.execute(jobs[3:], run_one, sweep.InlineBackend())
+
+    def fail(job):
+        raise ValueError(f"job {job['id']} broke")
+
+    with pytest.raises(ValueError, match="job a broke"):
+        sweep.execute(jobs[2:3], fail, sweep.InlineBackend())
+
+
+def test_every_planned_job_kind_is_registered():
+    """Each config's family (by its section) plans only registered job kinds."""
+    for name, family, job_kinds in (("micro", "pretrain", {"pre", "cpt"}),
+                                    ("ptpp", "pretrain", {"pre", "cpt"}),
+                                    ("m3_micro", "m3", {"m3"}), ("m3", "m3", {"m3"})):
+        cfg = sweep.load_config(ROOT / "training" / "configs" / f"{name}.toml")
+        assert kinds.family(cfg).section == family
+        assert {j["kind"] for j in sweep.plan(cfg)} == job_kinds <= set(kinds.JOB_KINDS)
