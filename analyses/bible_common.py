@@ -111,7 +111,7 @@ def cached_posterior(law, df, path, *, seed=0, kind="auto", posterior_kw=None):
            "kw": posterior_kw or {}, "seed": seed, "code": _model_code_hash()}
     meta = path.with_suffix(".json")
     if path.exists() and meta.exists() and json.loads(meta.read_text()) == key:
-        post = bs.load_posterior(path)
+        post = bs.load_posterior(path, law)
         return post, f"bs.fit_posterior ({post.settings.get('method', 'nuts')}, cached)"
     post, how = posterior(law, df, seed=seed, kind=kind, posterior_kw=posterior_kw)
     post.save(path)
