@@ -5,8 +5,8 @@ Two parameter counts travel with every row, and a table never folds one into the
 every distinct trainable parameter (token and position embeddings included; the output head is
 tied to the token embedding) and ``N_nonemb`` excludes the embeddings (``training.model.
 param_counts``). The token-per-parameter columns (``ptpp``, ``atpp``) are per non-embedding
-parameter, and the M3 model scale ``M`` counts non-embedding FLOPs. A law reads the count it needs through its ``column_map`` (e.g.
-``law.renamed(..., N="N_nonemb")``).
+parameter, and the M3 model scale ``M`` counts non-embedding FLOPs. A law reads the count it
+needs through its ``column_map`` (e.g. ``law.renamed(..., N="N_nonemb")``).
 """
 from __future__ import annotations
 
