@@ -117,7 +117,8 @@ def setup(f_r: int, f_M: int, f_k: int, f_C: int, C0: int, D_T0: int, M0: int) -
 
 
 def two_stage_proportions(r, r1, r2) -> tuple[Fraction, Fraction]:
-    """``(s1, s2)`` with ``s1 r1 + s2 r2 = r``: ``s1 = (r2 - r) / (r2 - r1)`` (paper Section 2.3)."""
+    """``(s1, s2)`` with ``s1 r1 + s2 r2 = r``: ``s1 = (r2 - r) / (r2 - r1)``
+    (paper Section 2.3)."""
     r, r1, r2 = Fraction(r), Fraction(r1), Fraction(r2)
     if not r1 < r < r2:
         raise ValueError(f"two-stage ratios need r1 < r < r2, got r1={r1}, r={r}, r2={r2}")
