@@ -54,16 +54,21 @@ def split(df, train_ptpp=(15.0, 31.0), test_ptpp=279.0):
     t = df[(df["domain"] == "target") & (df["D"] > 0)].copy()
     train = t[np.isin(t["ptpp"], train_ptpp)]
     stage = t[np.isclose(t["ptpp"], test_ptpp)]
-    largest = stage["N"].max()
-    queries = stage[np.isclose(stage["N"], largest)]
-    cands = stage[~np.isclose(stage["N"], largest)]
+    largest = stage[bc.SIZE].max()
+    queries = stage[np.isclose(stage[bc.SIZE], largest)]
+    cands = stage[~np.isclose(stage[bc.SIZE], largest)]
     return train, cands, queries
+
+
+def flops(cands):
+    """A candidate run's cost, 6 N D with N the non-embedding parameter count."""
+    return 6.0 * cands[bc.SIZE].to_numpy(float) * cands["D"].to_numpy(float)
 
 
 def paper_order(cands):
     """Smallest model first, cheapest run first within a model."""
-    c = cands.assign(_cost=candidate_cost(cands))
-    return c.sort_values(["N", "_cost"]).index.tolist()
+    c = cands.assign(_cost=candidate_cost(cands, flops))
+    return c.sort_values([bc.SIZE, "_cost"]).index.tolist()
 
 
 def take_in_order(order, cost, budget):
@@ -118,7 +123,8 @@ def main(argv=None):
     cov = bc.coverage_report(df)
     need = train_ptpp + (args.test_ptpp,)
     missing = [p for p in need if p not in cov["stages"]]
-    sizes_test = sorted(df.loc[(df["D"] > 0) & np.isclose(df["ptpp"], args.test_ptpp), "N"].unique())
+    at_test = (df["D"] > 0) & np.isclose(df["ptpp"], args.test_ptpp)
+    sizes_test = sorted(df.loc[at_test, bc.SIZE].unique())
     if missing or len(sizes_test) < 2:
         msg = (f"bible_ptpp does not cover the study yet: adaptation rows at PTPP {cov['stages']} "
                f"(missing {missing}), sizes at PTPP {args.test_ptpp:g}: {list(sizes_test)}. Rerun "
@@ -126,20 +132,20 @@ def main(argv=None):
         (out / "summary.md").write_text(f"# Anchor study\n\nNot run: {msg}\n")
         print(msg)
         return 1
-    law = bs.laws.get(args.law)
+    law = bc.nonemb_law(args.law)
     kw = json.loads(args.posterior_kw)
     train, cands, queries = split(df, train_ptpp, args.test_ptpp)
-    cost = pd.Series(candidate_cost(cands), index=cands.index)
+    cost = pd.Series(candidate_cost(cands, flops), index=cands.index)
     p_order = paper_order(cands)
-    smallest = cands["N"].min()
-    paper_cost = float(cost[np.isclose(cands["N"], smallest)].sum())
+    smallest = cands[bc.SIZE].min()
+    paper_cost = float(cost[np.isclose(cands[bc.SIZE], smallest)].sum())
     budgets = [float(b) * paper_cost for b in args.budgets.split(",")]
 
     refit_kind = args.refit_posterior or args.posterior
     base, how = bc.posterior(law, train, seed=0, kind=args.posterior, posterior_kw=kw)
     rows = [dict(strategy="none", budget_x=0.0, budget=0.0, spent=0.0, n_anchors=0, seed=0,
                  **score(base, queries))]
-    sel_full = select(base, cands, budget=max(budgets), queries=queries)
+    sel_full = select(base, cands, cost=flops, budget=max(budgets), queries=queries)
     sel_full.to_csv(out / "selection_order.csv", index=False)
 
     def refit(idx, strategy, b, seed=0):
@@ -152,9 +158,10 @@ def main(argv=None):
                          **score(post, queries)))
 
     for b in budgets:
-        ours = select(base, cands, budget=b, queries=queries)
+        ours = select(base, cands, cost=flops, budget=b, queries=queries)
         refit(ours["candidate"].tolist(), "ours", b)
-        gain = select(base, cands, budget=b, queries=queries, greedy="gain")["candidate"].tolist()
+        gain = select(base, cands, cost=flops, budget=b, queries=queries,
+                      greedy="gain")["candidate"].tolist()
         refit(gain, "ours-gain", b)
         refit(take_in_order(p_order, cost, b), "paper", b)
         for s in range(args.seeds):

@@ -36,7 +36,6 @@ import pandas as pd  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bible_common as bc  # noqa: E402
 
-import bayes_scaling as bs  # noqa: E402
 from bayes_scaling import plan as P  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -75,11 +74,12 @@ def main(argv=None):
         print(msg)
         return 1
     kw = json.loads(args.posterior_kw)
-    N = float(df["N"].max())  # largest model, non-embedding parameters
+    N = float(df[bc.SIZE].max())  # largest model, non-embedding parameters
     fits, diag = {}, []
     for dom, lname in (("target", args.target_law), ("source", args.source_law)):
         d = adapt[adapt["domain"] == dom]
-        fits[dom], how = bc.cached_posterior(bs.laws.get(lname), d, base_out / f"posterior_{dom}.nc",
+        fits[dom], how = bc.cached_posterior(bc.nonemb_law(lname), d,
+                                             base_out / f"posterior_{dom}.nc",
                                              seed=0, kind=args.posterior, posterior_kw=kw)
         note = bc.diagnostics_note(fits[dom])
         if note:
@@ -89,7 +89,7 @@ def main(argv=None):
                    else P.pretraining_fit(df))
     tau = args.target_loss
     if tau is None:
-        row = pd.DataFrame({"N": [N], "D": [16 * N], "replay": [0.25], "ptpp": [args.ptpp]})
+        row = pd.DataFrame({bc.SIZE: [N], "D": [16 * N], "replay": [0.25], "ptpp": [args.ptpp]})
         tau = float(np.median(P.predict_draws(fits["target"], row)))
     stage_note = ("fitted on every stage present" if args.fit_stages == "all"
                   else f"fitted on PTPP {args.fit_stages} only (forecast)")
@@ -101,7 +101,7 @@ def main(argv=None):
         rb, ab = (0.0, 1.0), (0.1, 1000.0)
     else:  # the box the fitted rows cover
         rb = (float(adapt["replay"].min()), float(adapt["replay"].max()))
-        atpp = adapt["D"] / adapt["N"]
+        atpp = adapt["D"] / adapt[bc.SIZE]
         ab = (float(atpp.min()), float(atpp.max()))
     box = f"replay in [{rb[0]:g}, {rb[1]:g}], ATPP in [{ab[0]:.3g}, {ab[1]:.3g}]"
     stage_note += f"; search box {box}" + (" (extrapolating)" if args.extrapolate else

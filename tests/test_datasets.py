@@ -216,7 +216,7 @@ def test_gadre_columns_and_ranges():
     np.testing.assert_allclose(df["ptpp"], df["D"] / df["N"], rtol=1e-14)
     np.testing.assert_allclose(df["ptpp"], 20 * df["chinchilla_multiplier"], rtol=1e-12)
     assert sorted(df["ptpp"].round(6).unique()) == [5, 10, 20, 40, 80, 160, 320, 640]
-    assert (df["N_no_embed"] < df["N"]).all()
+    assert (df["N_nonemb"] < df["N"]).all()
     assert ((df["loss"] >= df["loss_lower95"]) & (df["loss"] <= df["loss_upper95"])).all()
     c4 = df[df["domain"] == "c4_val"]
     assert len(c4) == 104 and c4["loss"].between(2.38, 6.13).all()
@@ -290,7 +290,7 @@ def test_mixing_laws_cpt_rows_and_columns():
     np.testing.assert_allclose(df["replay"] + df["r_target"], 1.0, rtol=0, atol=1e-15)
     assert (df["D"] == df["step"] * 1_048_576).all()
     assert sorted(df["step"].unique()) == [0] + list(range(1000, 10001, 1000))
-    assert (df["N"] == 70_426_624).all() and (df["N_no_embed"] == 18_915_328).all()
+    assert (df["N"] == 70_426_624).all() and (df["N_nonemb"] == 18_915_328).all()
     assert df["ptpp"].iloc[0] == pytest.approx(20_000 * 2_097_152 / 70_426_624, rel=1e-14)
     assert (df["is_base"] == (df["D"] == 0)).all() and df["is_base"].sum() == 10
     assert len(df[~df["is_base"]]) == 100 and (df.loc[~df["is_base"], "D"] > 0).all()

@@ -259,10 +259,6 @@ def test_law_without_plan_columns_is_refused():
             plan(law, point(SRC_X))
     with pytest.raises(bs.BayesScalingError, match="the source law chinchilla reads neither"):
         plan(point(TGT), chin)
-    # a law of adaptation runs on other columns: the rows it misses are named
-    on_m = P.ParamDraws(DCPT.renamed("dcpt_on_M", N="M"), point(TGT).params)
-    with pytest.raises(bs.DataError, match=r"cannot be evaluated.*\['M'\]"):
-        plan(on_m, point(SRC_X))
 
 
 @pytest.mark.parametrize("spec, out", [("+2%", (0.02, True)), ("2%", (0.02, True)),
@@ -548,3 +544,33 @@ def test_plan_command_refuses_extrapolation_and_wrong_laws(tmp_path, capsys):
     assert cli_main(args[:2] + [str(tmp_path / "c.nc")] + args[3:]) == 2
     err = capsys.readouterr().err
     assert "the target law chinchilla reads neither replay nor ptpp" in err
+
+
+def test_plans_read_the_model_size_through_the_laws_column_map():
+    """Laws reading N from N_nonemb (``Law.renamed``) plan as the plain laws do at the same N; the
+    source_base table is read on that column too (its N, the total count, matches no row): rows at
+    (N, PTPP) are averaged, and ``pretraining_fit(n_col=...)`` fits Chinchilla to the others in
+    N_nonemb."""
+    law = DCPT.renamed("dcpt", N="N_nonemb")
+
+    def on_nonemb(params):
+        return P.ParamDraws(law, {k: np.array([v]) for k, v in params.items()})
+
+    rows = pd.DataFrame({"loss": [1.9, 2.1], "N_nonemb": [N, N], "N": [3 * N, 3 * N],
+                         "D": [0.0, 0.0], "ptpp": [PTPP] * 2, "domain": ["source"] * 2})
+    got = plan(on_nonemb(TGT), on_nonemb(SRC_X), source_base=rows)
+    ref = plan(point(TGT), point(SRC_X), source_base=rows.assign(N=rows["N_nonemb"]))
+    assert got.source_base == ref.source_base and got.source_base["mean"] == pytest.approx(2.0)
+    assert got.deterministic.atpp == pytest.approx(ref.deterministic.atpp, rel=1e-12)
+    assert got.deterministic.replay == ref.deterministic.replay
+
+    chin = bs.laws.get("chinchilla")
+    cp = dict(E=1.2, A=40.0, alpha=0.35, B=300.0, beta=0.3)
+    grid = pd.DataFrame([dict(N_nonemb=n, ptpp=p) for n in (2e4, 5e4, 2e5) for p in (15.0, 279.0)])
+    loss = chin(cp, {"N": grid["N_nonemb"].to_numpy(),
+                     "D": (grid["ptpp"] * grid["N_nonemb"]).to_numpy()})
+    others = grid.assign(N=3 * grid["N_nonemb"], D=0.0, loss=np.asarray(loss), domain="source")
+    fit = P.pretraining_fit(others, n_col="N_nonemb")
+    got = plan(on_nonemb(TGT), on_nonemb(SRC_X), source_base=fit, max_forgetting=0.3)
+    truth = float(chin(cp, {"N": np.array([N]), "D": np.array([PTPP * N])})[0])
+    assert got.source_base["median"] == pytest.approx(truth, rel=1e-4)

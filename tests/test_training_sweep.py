@@ -17,8 +17,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from training import sweep
+from training import kinds, sweep
+from training.config import ConfigError
 from training.loop import WSD, Batches, Mixture, branch_start
+from training.store import Store, export
+from training.tables import PTPP
 
 ROOT = Path(__file__).resolve().parents[1]
 MICRO = ROOT / "training" / "configs" / "micro.toml"
@@ -70,10 +73,10 @@ def test_batches_are_pure_and_follow_the_mixture():
 def test_bad_config_errors(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text(MICRO.read_text().replace("replay = [0.25, 0.5]", "replay = [0.0, 1.5]"))
-    with pytest.raises(sweep.ConfigError, match="replay"):
+    with pytest.raises(ConfigError, match="replay"):
         sweep.load_config(bad)
     bad.write_text("bogus = 1\n" + MICRO.read_text())
-    with pytest.raises(sweep.ConfigError, match="unknown keys"):
+    with pytest.raises(ConfigError, match="unknown keys"):
         sweep.load_config(bad)
 
 
@@ -85,7 +88,7 @@ def test_micro_sweep_end_to_end_and_resume(tmp_path):
     # reference: an uninterrupted run, in this process
     ref_out = tmp_path / "ref"
     sweep.run_sweep(cfg_path, workers=1, out_dir=str(ref_out), progress=False)
-    ref = sweep.Store(ref_out / "results.sqlite").frame()
+    ref = Store(ref_out / "results.sqlite").frame()
     assert len(ref) == n_rows and ref["run_id"].notna().all()
     assert (ref["loss"] > 0).all() and np.isfinite(ref["loss"]).all()
     pre = ref[ref.D == 0]
@@ -110,11 +113,11 @@ def test_micro_sweep_end_to_end_and_resume(tmp_path):
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    partial = len(sweep.Store(db).frame())
+    partial = len(Store(db).frame())
     assert 0 < partial < n_rows, "the kill should land mid-sweep"
 
     sweep.run_sweep(cfg_path, workers=1, out_dir=str(out), progress=False)
-    got = sweep.Store(db).frame()
+    got = Store(db).frame()
     assert len(got) == n_rows
     key = ["run_id", "D", "domain"]
     assert not got.duplicated(key).any()
@@ -125,19 +128,56 @@ def test_micro_sweep_end_to_end_and_resume(tmp_path):
 
     # a second restart has nothing to do and adds nothing
     sweep.run_sweep(cfg_path, workers=1, out_dir=str(out), progress=False)
-    assert len(sweep.Store(db).frame()) == n_rows
+    assert len(Store(db).frame()) == n_rows
 
     csv = tmp_path / "table.csv"
-    assert sweep.export(db, csv) == n_rows
+    assert export(db, csv) == n_rows
     table = pd.read_csv(csv)
-    assert list(table.columns[:8]) == sweep.CANONICAL
+    assert list(table.columns[:8]) == PTPP
 
 
 def test_store_refuses_changed_jobs_but_allows_a_trimmed_grid(tmp_path):
     cfg = sweep.load_config(_micro_config(tmp_path))
-    store = sweep.Store(tmp_path / "s.sqlite")
+    store = Store(tmp_path / "s.sqlite")
     store.claim(sweep.plan(cfg))
     trimmed = {**cfg, "sizes": {"t1": cfg["sizes"]["t1"]}}
     store.claim(sweep.plan(trimmed))  # same settings for the remaining jobs: fine
-    with pytest.raises(sweep.ConfigError, match="different settings"):
+    with pytest.raises(ConfigError, match="different settings"):
         store.claim(sweep.plan({**cfg, "batch_size": 8}))
+
+
+def test_execute_runs_each_job_after_its_deps_and_reports_failures():
+    """The seam to workers: ``execute(pending, run_one, backend)`` starts a job only once its deps
+    are finished (in ``finished`` or run here), calls ``on_done`` per job, re-raises a job's error
+    and refuses jobs whose deps can never finish."""
+    jobs = [{"id": "c", "deps": ["a", "b"]}, {"id": "b", "deps": ["a"]}, {"id": "a", "deps": []},
+            {"id": "d", "deps": ["z"]}]
+    ran, done = [], []
+
+    def run_one(job):
+        ran.append(job["id"])
+        return job["id"]
+
+    sweep.execute(jobs[:3], run_one, sweep.InlineBackend(), on_done=lambda j: done.append(j))
+    assert ran == ["a", "b", "c"] and [j["id"] for j in done] == ran
+    ran.clear()
+    sweep.execute(jobs[3:], run_one, sweep.InlineBackend(), finished={"z"})
+    assert ran == ["d"]
+    with pytest.raises(RuntimeError, match=r"\['d'\] wait on unfinished deps"):
+        sweep.execute(jobs[3:], run_one, sweep.InlineBackend())
+
+    def fail(job):
+        raise ValueError(f"job {job['id']} broke")
+
+    with pytest.raises(ValueError, match="job a broke"):
+        sweep.execute(jobs[2:3], fail, sweep.InlineBackend())
+
+
+def test_every_planned_job_kind_is_registered():
+    """Each config's family (by its section) plans only registered job kinds."""
+    for name, family, job_kinds in (("micro", "pretrain", {"pre", "cpt"}),
+                                    ("ptpp", "pretrain", {"pre", "cpt"}),
+                                    ("m3_micro", "m3", {"m3"}), ("m3", "m3", {"m3"})):
+        cfg = sweep.load_config(ROOT / "training" / "configs" / f"{name}.toml")
+        assert kinds.family(cfg).section == family
+        assert {j["kind"] for j in sweep.plan(cfg)} == job_kinds <= set(kinds.JOB_KINDS)

@@ -83,7 +83,7 @@ def gadre_overtraining(src: Path) -> pd.DataFrame:
     runs = pd.DataFrame({
         "N": raw["params"], "D": raw["tokens"], "ptpp": raw["tokens"] / raw["params"],
         "run": raw["name"], "train_set": raw["dataset_name"], "model": raw["model"],
-        "N_no_embed": raw["params_no_embed"], "chinchilla_multiplier": raw["chinchilla_multiplier"],
+        "N_nonemb": raw["params_no_embed"], "chinchilla_multiplier": raw["chinchilla_multiplier"],
         "lr": raw["lr"], "wd": raw["wd"], "warmup": raw["warmup"], "global_bs": raw["global_bs"],
         "cooldown_lr": raw["cooldown_lr"], "seed": raw["seed"],
     })
@@ -151,7 +151,7 @@ def mixing_laws_cpt(src: Path) -> pd.DataFrame:
     df = pd.DataFrame(out)
     df["D"] = df["step"] * TOKENS_PER_STEP
     df["N"] = PYTHIA_70M_PARAMS
-    df["N_no_embed"] = PYTHIA_70M_PARAMS_NO_EMBED
+    df["N_nonemb"] = PYTHIA_70M_PARAMS_NO_EMBED
     df["ptpp"] = PYTHIA_BASE_STEP * PYTHIA_TOKENS_PER_STEP / PYTHIA_70M_PARAMS
     df = df.sort_values(["replay", "domain", "step"], ascending=[True, False, True], kind="stable")
     return _order(df)

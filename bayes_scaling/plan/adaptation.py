@@ -64,8 +64,10 @@ def thin_draws(obj, max_draws):
 
 
 def _safe_predict(obj, df, which):
+    """Law values at plan rows, whose columns are the law's variables (``N``, ``D``, ``replay``,
+    ``ptpp``): each is read under the column the law maps it to (``Law.column_map``)."""
     try:
-        out = predict_draws(obj, df)
+        out = predict_draws(obj, df.rename(columns=dict(obj.law.column_map)))
     except DataError as e:
         raise DataError(f"the {which} law cannot be evaluated on plan rows (columns N, D, replay, "
                         f"ptpp): {e}") from None
@@ -193,7 +195,7 @@ def source_base_loss(source, source_base, N, ptpp, D_hi=None, rtol=1e-6):
         return v, v[:, 0], ("law default: L_src(N, D -> inf, r = 1, PTPP), the converged source-only "
                             "loss, a lower bound on the checkpoint's (conservative)")
     if isinstance(source_base, pd.DataFrame):
-        rows = checkpoint_rows(source_base, N, ptpp, rtol)
+        rows = checkpoint_rows(source_base, N, ptpp, rtol, n_col=source.law.column("N"))
         if rows.empty:
             raise DataError(
                 f"no pre-adaptation source rows (D == 0, domain == 'source') at N={N:g}, "
@@ -213,11 +215,12 @@ def source_base_loss(source, source_base, N, ptpp, D_hi=None, rtol=1e-6):
     return v, np.array([v]), "given"
 
 
-def checkpoint_rows(table: pd.DataFrame, N=None, ptpp=None, rtol=1e-6) -> pd.DataFrame:
+def checkpoint_rows(table: pd.DataFrame, N=None, ptpp=None, rtol=1e-6,
+                    n_col: str = "N") -> pd.DataFrame:
     """The pre-adaptation source rows of ``table`` (``D == 0``, ``ptpp > 0`` and, when the table
     has a ``domain`` column, ``domain == "source"``): pre-training losses of checkpoints; with
-    ``N`` and ``ptpp``, only those of that checkpoint."""
-    need = {"loss", "D", "N", "ptpp"}
+    ``N`` and ``ptpp``, only those of that checkpoint (model size read from column ``n_col``)."""
+    need = {"loss", "D", n_col, "ptpp"}
     if not need <= set(table.columns):
         raise DataError(f"source_base table needs columns {sorted(need)}; it has "
                         f"{list(table.columns)}")
@@ -225,31 +228,32 @@ def checkpoint_rows(table: pd.DataFrame, N=None, ptpp=None, rtol=1e-6) -> pd.Dat
     if "domain" in table.columns:
         m &= table["domain"] == "source"
     if N is not None:
-        m &= np.isclose(table["N"], N, rtol=rtol) & np.isclose(table["ptpp"], ptpp, rtol=rtol)
+        m &= np.isclose(table[n_col], N, rtol=rtol) & np.isclose(table["ptpp"], ptpp, rtol=rtol)
     return table[m]
 
 
 def pretraining_fit(table: pd.DataFrame, *, delta: float = 0.02, n_starts: int = 32,
-                    seed: int = 0, min_rows: int = 6):
+                    seed: int = 0, min_rows: int = 6, n_col: str = "N"):
     """A pre-training law for ``L_src,0`` fitted to a table's pre-adaptation source rows.
 
     Those rows (:func:`checkpoint_rows`) are pre-training losses of checkpoints with N parameters
     trained on PTPP * N tokens, so the Chinchilla law ``L0 = E + A/N^alpha + B/(PTPP N)^beta``
-    (Hoffmann et al. 2022; M3 Eq. 2) is fitted to them (Huber on log residuals, ``delta``). Pass
-    the result as ``adaptation(..., source_base=fit)``: it is evaluated at (N, PTPP * N).
+    (Hoffmann et al. 2022; M3 Eq. 2) is fitted to them (Huber on log residuals, ``delta``), with
+    the model size read from column ``n_col``. Pass the result as
+    ``adaptation(..., source_base=fit)``: it is evaluated at (N, PTPP * N).
 
     Raises:
         DataError: fewer than ``min_rows`` rows, or fewer than 2 sizes or 2 stages.
     """
-    rows = checkpoint_rows(table)
-    have = sorted({(float(a), float(b)) for a, b in zip(rows["N"], rows["ptpp"])})
-    if len(rows) < min_rows or rows["N"].nunique() < 2 or rows["ptpp"].nunique() < 2:
+    rows = checkpoint_rows(table, n_col=n_col)
+    have = sorted({(float(a), float(b)) for a, b in zip(rows[n_col], rows["ptpp"])})
+    if len(rows) < min_rows or rows[n_col].nunique() < 2 or rows["ptpp"].nunique() < 2:
         raise DataError(
             "too few pre-adaptation source rows (D == 0, domain == 'source') to fit a pre-training "
             f"law across sizes and stages ({len(rows)} rows at (N, ptpp) = {have[:12]}; need >= "
             f"{min_rows} over >= 2 sizes and >= 2 stages). Pass source_base=<float> instead.")
-    t = pd.DataFrame({"N": rows["N"].to_numpy(float),
-                      "D": (rows["ptpp"] * rows["N"]).to_numpy(float),
+    t = pd.DataFrame({"N": rows[n_col].to_numpy(float),
+                      "D": (rows["ptpp"] * rows[n_col]).to_numpy(float),
                       "loss": rows["loss"].to_numpy(float)})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -406,8 +410,8 @@ def _adaptation(target, source, N, ptpp, tau, fval, frel, max_forgetting, prob, 
     base_vals, base_draws, base_method = source_base_loss(source, source_base, N, ptpp, D_hi)
     problem = PlanProblem(target, source, N, ptpp, tau, fval, frel, base_vals)
     if prob is not None:
-        S = min(predict_draws(problem.target, problem.rows([0.5], [D_lo])).shape[0],
-                predict_draws(problem.source, problem.rows([0.5], [D_lo])).shape[0])
+        S = min(_safe_predict(problem.target, problem.rows([0.5], [D_lo]), "target").shape[0],
+                _safe_predict(problem.source, problem.rows([0.5], [D_lo]), "source").shape[0])
         if S < 2:
             raise BayesScalingError(f"prob={prob} needs posterior draws; a point fit has one draw. "
                                     "Use bs.fit_posterior (or ParamDraws), or prob=None.")
