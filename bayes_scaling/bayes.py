@@ -50,6 +50,7 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
 from . import data as _data
+from .checks import check_fit_options
 from .errors import BayesScalingError, ConvergenceWarning, FitError, MultimodalWarning
 from .fit import lbfgs_multistart, pad_rows
 from .laws import Law, Param
@@ -1787,6 +1788,8 @@ def fit_posterior(
     """
     import arviz as az
 
+    check_fit_options(law, n_starts=n_starts, fixed=fixed, num_chains=num_chains,
+                      num_warmup=num_warmup, num_samples=num_samples)
     t0 = time.perf_counter()
     if method not in ("nuts", "laplace"):
         raise BayesScalingError(f"method must be 'nuts' or 'laplace', got {method!r}")
