@@ -556,7 +556,9 @@ def main(argv=None) -> int:
     try:
         with _each_warning_once():
             import_law_modules(getattr(args, "law_module", None))
-            rc = args.func(args)
+            # plan's own steps print nothing while it loads and searches
+            with _step("plan") if args.command == "plan" else contextlib.nullcontext():
+                rc = args.func(args)
     except BayesScalingError as e:
         hint = ""
         if isinstance(e, LawError) and args.command in LAW_MODULE_COMMANDS:
