@@ -44,7 +44,8 @@ def _read_table(path: str, query: str | None) -> pd.DataFrame:
     else:
         if not Path(path).is_file():
             raise DataError(f"{path}: no such file; give a CSV loss table (a header row of column "
-                            "names, one row per run) or dataset:NAME (see `bayes-scaling datasets`)")
+                            "names, one row per run) or dataset:NAME (see `bayes-scaling "
+                            "datasets`)")
         try:
             df = pd.read_csv(path)
         except pd.errors.EmptyDataError:
@@ -102,20 +103,18 @@ def _load_posterior(path: str):
     except LawError as e:
         raise _law_error(e, path) from None
     except (OSError, ValueError, KeyError) as e:
-        raise DataError(f"cannot read {path} as a posterior ({type(e).__name__}: {e}): it is not a "
-                        "complete .nc written by `bayes-scaling posterior` (truncated or corrupt?); "
-                        "write it again") from None
+        raise DataError(f"cannot read {path} as a posterior ({type(e).__name__}: {e}): it is "
+                        "not a complete .nc written by `bayes-scaling posterior` (truncated or "
+                        "corrupt?); write it again") from None
 
 
+@contextlib.contextmanager
 def _step(what: str):
     """One status line on stderr before a long step and one with its time after it."""
-    @contextlib.contextmanager
-    def step():
-        print(f"{what} ...", file=sys.stderr, flush=True)
-        t0 = time.perf_counter()
-        yield
-        print(f"{what}: done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
-    return step()
+    print(f"{what} ...", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    yield
+    print(f"{what}: done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
 
 
 def _print_fit(fit, df) -> None:
@@ -244,8 +243,8 @@ def cmd_posterior(args) -> None:
         if not args.allow_unconverged:
             raise BayesScalingError(
                 f"the posterior of {post.law.name} failed its checks ({_unconverged_label(post)}); "
-                f"nothing was written. Try: {_cli_advice(post)}; or pass --allow-unconverged to keep it, "
-                "labelled NOT CONVERGED")
+                f"nothing was written. Try: {_cli_advice(post)}; or pass --allow-unconverged to "
+                "keep it, labelled NOT CONVERGED")
         post.idata.posterior.attrs["bayes_scaling_status"] = _unconverged_label(post)
         print(f"warning: {_unconverged_label(post)}; kept because of --allow-unconverged",
               file=sys.stderr)
@@ -527,25 +526,23 @@ def import_law_modules(paths) -> None:
         except Exception as e:  # noqa: BLE001  (the user's file: say where it failed)
             where = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == str(p)]
             line = f" line {where[-1].lineno}" if where else ""
-            raise OptionError(f"--law-module {path}{line} failed: {type(e).__name__}: {e}") from None
+            raise OptionError(
+                f"--law-module {path}{line} failed: {type(e).__name__}: {e}") from None
 
 
+@contextlib.contextmanager
 def _each_warning_once():
     """Print each warning once per command, as one ``warning: ...`` block on stderr."""
     seen = set()
 
     def show(message, category, filename, lineno, file=None, line=None):
-        key = (category, str(message))
-        if key not in seen:
-            seen.add(key)
+        if (category, str(message)) not in seen:
+            seen.add((category, str(message)))
             print(f"warning: {message}", file=sys.stderr)
 
-    @contextlib.contextmanager
-    def context():
-        with warnings.catch_warnings():
-            warnings.showwarning = show
-            yield
-    return context()
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 def main(argv=None) -> int:

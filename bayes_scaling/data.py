@@ -119,8 +119,8 @@ def validate(df: pd.DataFrame, law=None, *, columns=None, min_rows: int | None =
     if min_rows is not None and len(out) < min_rows:
         raise DataError(
             f"{len(out)} rows is too few: {law.name if law is not None else 'the fit'} needs at least "
-            f"{min_rows} (free parameters + 1); add runs or hold parameters fixed (fixed={{name: value}}; on the command line --fixed "
-            "NAME=VALUE)"
+            f"{min_rows} (free parameters + 1); add runs or hold parameters fixed "
+            "(fixed={name: value}; on the command line --fixed NAME=VALUE)"
         )
     dup = out.duplicated(subset=list(variables), keep=False)
     if dup.any():

@@ -5,7 +5,8 @@ Kaplan et al. (2020), "Scaling Laws for Neural Language Models", Eq. (1.5):
     L(N, D) = ((N_c / N)^(alpha_N / alpha_D) + D_c / D)^alpha_D
 
 evaluated in log space (log-sum-exp) so that large N and D stay finite.
-Use it with ``import my_laws`` in Python or ``--law-module examples/my_laws.py`` on the command line.
+Use it with ``import my_laws`` in Python, or ``--law-module examples/my_laws.py`` on the command
+line.
 """
 import jax.numpy as jnp
 
