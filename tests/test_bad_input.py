@@ -42,6 +42,7 @@ def files(tmp_path_factory):
     (d / "header.csv").write_text("N,D,loss\n")
     (d / "text.csv").write_text("N,D,loss\n1e7,2e8,3.1\n2e7,4e8 tokens,3.0\n3e7,6e8,2.9\n")
     (d / "nocol.csv").write_text("params,tokens,loss\n1e7,2e8,3.1\n")
+    (d / "ragged.csv").write_text("N,D,loss\n1e7,2e8,3.1\n1e7,2e8,3.1,4,5\n")
     good.assign(N=-good["N"]).to_csv(d / "negative.csv", index=False)
     (d / "corrupt.nc").write_bytes(b"\x89HDF\r\n" + bytes(200))
     fit = bs.fit_map("chinchilla", good, delta=1e-3, n_starts=4, seed=0)
@@ -69,6 +70,8 @@ CASES = [
     ("fit-header-only", _fit("{d}/header.csv"), ["no rows", "N, D, loss"]),
     ("fit-text-cell", _fit("{d}/text.csv"), ["'D' must be numeric", "row 1: '4e8 tokens'",
                                               "0-based data rows"]),
+    ("fit-ragged-csv", _fit("{d}/ragged.csv"), ["not a readable CSV", "Expected 3 fields"]),
+    ("fit-unknown-dataset", _fit("dataset:chinchila"), ["chinchila", "chinchilla_epoch"]),
     ("fit-missing-column", _fit("{d}/nocol.csv"), ["missing column(s) ['N', 'D']", "canonical"]),
     ("fit-negative-N", _fit("{d}/negative.csv"), ["'N'", "must be in (0, inf]", "rows 0, 1"]),
     ("fit-delta-negative", _fit("{d}/good.csv", "--delta", "-0.1"), ["delta", "positive finite"]),
