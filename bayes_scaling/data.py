@@ -1,4 +1,7 @@
-"""Loss-table validation: canonical columns (DESIGN.md) checked once, at the boundary.
+"""Loss-table validation: canonical columns checked once, at the boundary.
+
+The canonical columns are ``loss, N, D, ptpp, replay, domain, M, D_T, k, r, r_f, r1, r2, U`` (their
+meaning and range: :data:`RULES`).
 
 ``validate(df, law)`` returns a cleaned copy or raises one :class:`~bayes_scaling.errors.DataError`
 naming the column, the offending rows and the fix. The PTPP paper clips the replay ratio to
@@ -65,6 +68,11 @@ RULES: dict[str, Rule] = {
 }
 
 
+CANONICAL = ("loss", "N", "D", "ptpp", "replay", "domain", "M", "D_T", "k", "r", "r_f", "r1", "r2",
+             "U")
+ROW_NOTE = " (rows are the table's index labels: in a CSV, 0-based data rows, header not counted)"
+
+
 def _rows(idx, limit=10) -> str:
     idx = list(idx)
     s = ", ".join(str(i) for i in idx[:limit])
@@ -88,50 +96,15 @@ def validate(df: pd.DataFrame, law=None, *, columns=None, min_rows: int | None =
     Raises:
         DataError: missing columns, NaN/inf, values outside a column's range, too few rows.
     """
-    if not isinstance(df, pd.DataFrame):
-        raise DataError(f"expected a pandas DataFrame loss table, got {type(df).__name__}")
-    variables = {}
-    if law is not None:
-        law = get_law(law)
-        for v in law.variables:
-            if v in law.defaults and law.column(v) not in df.columns:
-                continue
-            variables[law.column(v)] = v
-        min_rows = len(law.params) + 1 if min_rows is None else min_rows
-    for c in columns or ():
-        variables.setdefault(c, c)
-    variables = {"loss": "loss", **variables}
-
-    missing = [c for c in variables if c not in df.columns]
-    if missing:
-        need = f" for law {law.name}" if law is not None else ""
-        raise DataError(
-            f"missing column(s) {missing}{need}; the table has {list(df.columns)}. "
-            "Rename your columns to the canonical names (see DESIGN.md: loss, N, D, ptpp, replay, ...)"
-            + (" or map them with law.renamed(...)" if law is not None else "")
-        )
-
+    law = get_law(law) if law is not None else None
+    variables = _variables(df, law, columns)
+    if law is not None and min_rows is None:
+        min_rows = len(law.params) + 1
     out = df.copy()
+    _check_columns(out, variables, law)
     for col, var in variables.items():
-        s = out[col]
-        if not pd.api.types.is_numeric_dtype(s):
-            raise DataError(f"column {col!r} must be numeric, found dtype {s.dtype}")
-        v = s.to_numpy(dtype=float)
-        nonfinite = ~np.isfinite(v)
-        if nonfinite.any():
-            raise DataError(
-                f"column {col!r} has NaN/inf at rows {_rows(out.index[nonfinite])}; "
-                "drop those rows or fill in the measured values"
-            )
-        rule = RULES.get(var) or RULES.get(col)
-        if rule is not None:
-            bad = rule.bad(v)
-            if bad.any():
-                raise DataError(
-                    f"column {col!r} ({rule.what}) must be in {rule.describe()}; rows "
-                    f"{_rows(out.index[bad])} have {np.unique(v[bad])[:5].tolist()}. Fix: {rule.fix}"
-                )
         if var == "replay":
+            v = out[col].to_numpy(dtype=float)
             lo, hi = REPLAY_CLIP
             clip = (v < lo) | (v > hi)
             if clip.any():
@@ -146,13 +119,88 @@ def validate(df: pd.DataFrame, law=None, *, columns=None, min_rows: int | None =
     if min_rows is not None and len(out) < min_rows:
         raise DataError(
             f"{len(out)} rows is too few: {law.name if law is not None else 'the fit'} needs at least "
-            f"{min_rows} (free parameters + 1); add runs or freeze parameters with fixed={{...}}"
+            f"{min_rows} (free parameters + 1); add runs or hold parameters fixed "
+            "(fixed={name: value}; on the command line --fixed NAME=VALUE)"
         )
     dup = out.duplicated(subset=list(variables), keep=False)
     if dup.any():
         warnings.warn(
             f"rows {_rows(out.index[dup])} repeat the same ({', '.join(variables)}) values; "
-            "keep them only if they are genuine repeated measurements",
+            "keep them only if they are genuine repeated measurements" + ROW_NOTE,
             stacklevel=2,
         )
     return out
+
+
+def validate_inputs(df, law) -> None:
+    """Check that the rows of ``df`` lie in ``law``'s input domain (the :data:`RULES` of the
+    columns it reads; no ``loss`` needed), e.g. before predicting at them.
+
+    Raises:
+        DataError: a missing or non-numeric column, NaN/inf, or a value outside its range (a
+            negative or zero ``N``, ``D`` ...), naming the column, the rows and the fix.
+    """
+    law = get_law(law)
+    if not isinstance(df, pd.DataFrame):
+        df = pd.DataFrame({k: np.asarray(v) for k, v in dict(df).items()})
+    variables = _variables(df, law, None)
+    del variables["loss"]
+    _check_columns(df, variables, law, rows_needed=False)
+
+
+def _variables(df, law, columns) -> dict:
+    """{column: variable} to check: ``loss``, the law's columns (optional ones when present) and
+    ``columns``."""
+    if not isinstance(df, pd.DataFrame):
+        raise DataError(f"expected a pandas DataFrame loss table, got {type(df).__name__}")
+    variables = {}
+    if law is not None:
+        for v in law.variables:
+            if v in law.defaults and law.column(v) not in df.columns:
+                continue
+            variables[law.column(v)] = v
+    for c in columns or ():
+        variables.setdefault(c, c)
+    return {"loss": "loss", **variables}
+
+
+def _check_columns(df, variables, law, rows_needed=True) -> None:
+    """Raise a DataError for the first missing, empty, non-numeric, non-finite or out-of-range
+    column among ``variables`` ({column: variable})."""
+    missing = [c for c in variables if c not in df.columns]
+    if missing:
+        need = f" for law {law.name}" if law is not None else ""
+        raise DataError(
+            f"missing column(s) {missing}{need}; the table has {list(df.columns)}. Rename the "
+            f"table's columns to the canonical names ({', '.join(CANONICAL)})",
+            python_hint=("or read them through law.renamed(name, variable='column')"
+                         if law is not None else ""))
+    if rows_needed and len(df) == 0:
+        raise DataError(f"the table has no rows (only the columns {list(df.columns)}); add one "
+                        "row per measured run")
+    for col, var in variables.items():
+        s = df[col]
+        if not pd.api.types.is_numeric_dtype(s):
+            num = pd.to_numeric(s, errors="coerce")
+            text = num.isna() & s.notna()
+            cells = ", ".join(f"row {i}: {s[i]!r}" for i in s.index[text][:5])
+            raise DataError(
+                f"column {col!r} must be numeric; it has text at rows {_rows(s.index[text])}"
+                f"{' (' + cells + ')' if cells else ''}. Fix those cells (a number per row, no "
+                "units or thousands separators)" + ROW_NOTE)
+        v = s.to_numpy(dtype=float)
+        nonfinite = ~np.isfinite(v)
+        if nonfinite.any():
+            raise DataError(
+                f"column {col!r} has NaN/inf at rows {_rows(df.index[nonfinite])}; "
+                "drop those rows or fill in the measured values" + ROW_NOTE
+            )
+        rule = RULES.get(var) or RULES.get(col)
+        if rule is not None:
+            bad = rule.bad(v)
+            if bad.any():
+                raise DataError(
+                    f"column {col!r} ({rule.what}) must be in {rule.describe()}; rows "
+                    f"{_rows(df.index[bad])} have {np.unique(v[bad])[:5].tolist()}. Fix: {rule.fix}"
+                    + ROW_NOTE
+                )

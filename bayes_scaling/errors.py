@@ -2,18 +2,36 @@
 
 
 class BayesScalingError(Exception):
-    """Base class of every error raised by bayes_scaling."""
+    """Base class of every error raised by bayes_scaling.
+
+    ``python_hint`` is a fix that only applies from Python (e.g. ``law.renamed(...)``): it is part
+    of ``str(error)``, and the command line leaves it out (:attr:`message`).
+    """
+
+    def __init__(self, *args, python_hint: str = ""):
+        super().__init__(*args)
+        self.python_hint = python_hint
+
+    @property
+    def message(self) -> str:
+        """The error without its Python-only hint (what the command line prints)."""
+        return str(self.args[0]) if self.args else ""
+
+    def __str__(self):
+        return self.message + (f"; {self.python_hint}" if self.python_hint else "")
 
 
 class DataError(BayesScalingError, ValueError):
     """A loss table does not fit the law it is used with (missing column, bad values, too few rows)."""
 
 
+class OptionError(BayesScalingError, ValueError):
+    """An option is outside its allowed values (e.g. a Huber ``delta`` <= 0, ``n_starts`` = 0, a
+    fixed parameter outside its law's bounds)."""
+
+
 class LawError(BayesScalingError, KeyError):
     """Unknown law name or inconsistent law specification."""
-
-    def __str__(self):  # KeyError quotes its message; we want it plain
-        return str(self.args[0]) if self.args else ""
 
 
 class FitError(BayesScalingError, RuntimeError):

@@ -26,6 +26,7 @@ import optax.tree_utils as otu
 import pandas as pd
 
 from . import data as _data
+from .checks import check_fit_options, check_inputs
 from .errors import FitError
 from .laws import Law
 from .laws import get as get_law
@@ -232,6 +233,7 @@ class MapFit:
 
     def predict(self, df) -> np.ndarray:
         """Predicted loss for each row of ``df`` (canonical columns)."""
+        check_inputs(self.law, df)
         return np.asarray(self.law(self.params, df))
 
     def predict_draws(self, df, kind="mean") -> np.ndarray:
@@ -365,6 +367,7 @@ def fit_map(
     Raises:
         DataError: bad table (see ``validate``). FitError: every start failed.
     """
+    check_fit_options(law, delta=delta, n_starts=n_starts, fixed=fixed)
     t0 = time.perf_counter()
     prob, vdf = Problem.build(law, df, fixed)
     theta0 = prob.sample_inits(n_starts, seed) if inits is None else np.atleast_2d(np.asarray(inits, float))

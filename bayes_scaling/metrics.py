@@ -68,9 +68,10 @@ def r2(y, yhat):
     return float(1.0 - np.sum((y - yhat) ** 2) / ss_tot)
 
 
-def score(y, yhat, delta=0.02, y_clip=1e-3) -> dict[str, float]:
+def score(y, yhat, *, delta, y_clip=1e-3) -> dict[str, float]:
     """All point metrics at once: huber_log, rmse_log, mae_rel, mape_clip, calib_intercept,
-    calib_slope, r2. ``delta`` is the Huber threshold (0.02 in the PTPP paper)."""
+    calib_slope, r2. ``delta`` is the Huber threshold (0.02 in the PTPP paper, 1e-3 in the M3
+    paper), required so a score always uses the fit's own; ``MapFit.score(df)`` does that."""
     a, b = calibration(y, yhat)
     return {
         "huber_log": huber_log(y, yhat, delta),

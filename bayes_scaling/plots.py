@@ -171,7 +171,8 @@ def forecast_plot(fit, new_df, *, x=None, train=None, heldout=None, interval=0.9
         ax.set_xscale("log")
     ax.set_xlabel(x)
     ax.set_ylabel("loss")
-    if len(groups) <= 10 or train is not None or heldout is not None:
+    labelled = ax.get_legend_handles_labels()[1]
+    if labelled and (len(groups) <= 10 or train is not None or heldout is not None):
         ax.legend(fontsize=7, frameon=False)
     ax.set_title(title or f"{law.name}: forecast, {int(100 * interval)}% "
                  f"{'predictive' if kind == 'predictive' else 'credible'} band", fontsize=10)

@@ -59,8 +59,9 @@ def test_posterior_forecast_plan_commands_end_to_end(tmp_path, capsys):
         t = rows.assign(loss=np.asarray(law(true, rows)) * np.exp(0.003 * rng.standard_normal(len(rows))))
         t.to_csv(tmp_path / f"{dom}.csv", index=False)
         paths[dom] = tmp_path / f"{dom}.nc"
+        # a Laplace posterior may fail its Pareto-k check here; kept, labelled
         assert main(["posterior", "--law", "dcpt", str(tmp_path / f"{dom}.csv"), "--method", "laplace",
-                     "--out", str(paths[dom])]) == 0
+                     "--allow-unconverged", "--out", str(paths[dom])]) == 0
         assert paths[dom].exists()
     capsys.readouterr()
 
@@ -68,7 +69,7 @@ def test_posterior_forecast_plan_commands_end_to_end(tmp_path, capsys):
                         for a in (2, 30, 200)])
     new.to_csv(tmp_path / "new.csv", index=False)
     assert main(["forecast", str(paths["target"]), str(tmp_path / "new.csv"), "--kind", "mean",
-                 "--out", str(tmp_path / "fc.csv")]) == 0
+                 "--allow-unconverged", "--out", str(tmp_path / "fc.csv")]) == 0
     fc = pd.read_csv(tmp_path / "fc.csv")
     truth = np.asarray(law(tgt_true, new))
     # one simulated table: its errors are shared by nearby rows, so coverage here is loose

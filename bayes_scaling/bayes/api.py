@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .. import data as _data
+from ..checks import check_fit_options
 from ..errors import BayesScalingError, MultimodalWarning
 from ..objective import data_hash
 from .distributions import FlatPrior, HUBER_C
@@ -96,6 +97,8 @@ def fit_posterior(
     """
     import arviz as az
 
+    check_fit_options(law, n_starts=n_starts, fixed=fixed, num_chains=num_chains,
+                      num_warmup=num_warmup, num_samples=num_samples)
     t0 = time.perf_counter()
     if method not in ("nuts", "laplace"):
         raise BayesScalingError(f"method must be 'nuts' or 'laplace', got {method!r}")

@@ -246,9 +246,17 @@ def _is_jnp_dict(data, variables) -> bool:
 _REGISTRY: dict[str, Law] = {}
 
 
-def register(law: Law) -> Law:
-    if law.name in _REGISTRY:
-        raise ValueError(f"law {law.name!r} registered twice")
+def register(law: Law, *, replace: bool = False) -> Law:
+    """Register ``law`` under its name. Registering the same definition again (e.g. a notebook
+    cell run twice) is a no-op; a different law under a taken name needs ``replace=True``."""
+    old = _REGISTRY.get(law.name)
+    same = old is not None and dataclasses.replace(old, fn=None) == dataclasses.replace(
+        law, fn=None) and getattr(old.fn, "__code__", old.fn) == getattr(law.fn, "__code__", law.fn)
+    if same:
+        return old
+    if old is not None and not replace:
+        raise ValueError(f"a different law is already registered as {law.name!r}; pass "
+                         "replace=True to replace it, or choose another name")
     _REGISTRY[law.name] = law
     return law
 
