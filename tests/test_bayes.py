@@ -12,6 +12,7 @@ import pytest
 
 import bayes_scaling as bs
 from bayes_scaling import bayes as B
+from bayes_scaling.laws import ptpp
 from bayes_scaling.objective import huber_log_normaliser
 
 from conftest import form3_grid, simulate
@@ -110,7 +111,7 @@ def test_sampling_coordinates_change_variables_exactly(gate):
     assert {n for b in spec.blocks for n in b.params} == {"beta", "lam", "zeta", "E", "A", "B",
                                                          "C", "F"}
     if gate.startswith("gate_slope"):
-        block = B.gate_slope_coordinates(sign=1 if gate.endswith("log_zeta") else None)
+        block = ptpp.gate_slope_coordinates(sign=1 if gate.endswith("log_zeta") else None)
         spec = B.make_spec(law, coordinates=(block, spec.blocks[1]))
         gate = "gate_slope"
     data = B.data_pytree(spec, df)
@@ -148,8 +149,8 @@ def test_the_slope_coordinates_cover_exactly_the_gates_support(zeta):
     step outside the support (with zeta sampled as itself it could, across zeta = 0)."""
     L0 = float(np.log(21.6))
     p = {"beta": 0.3, "lam": 0.5, "zeta": zeta}
-    kappa = float(B.gate_slope(p, L0))
-    block = B.gate_slope_coordinates(sign=-np.sign(kappa))
+    kappa = float(ptpp.gate_slope(p, L0))
+    block = ptpp.gate_slope_coordinates(sign=-np.sign(kappa))
     r = {"L0": jnp.asarray(L0)}
     c0 = block.from_params({k: jnp.asarray(v) for k, v in p.items()}, r)
     assert float(c0["gate_slope"]) == pytest.approx(kappa, rel=1e-12)
@@ -261,7 +262,7 @@ def test_the_floor_prior_is_stated_at_the_reference_ptpp(law):
     priors = B.default_priors(law)
     assert isinstance(priors["F"], B.AtReference) and priors["F"].exponent == "eta"
     draws = [B.draw_prior(priors, jax.random.PRNGKey(i)) for i in range(2000)]
-    floor20 = np.log([d["F"] * B.PTPP_REF ** -d["eta"] for d in draws])
+    floor20 = np.log([d["F"] * ptpp.PTPP_REF ** -d["eta"] for d in draws])
     log_eta = np.log([d["eta"] for d in draws])
     assert abs(np.corrcoef(floor20, log_eta)[0, 1]) < 0.08
     m, s = B.prior_loc_scale(next(p for p in law.params if p.name == "F"))

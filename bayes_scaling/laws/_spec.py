@@ -126,6 +126,51 @@ def clip_inside(v, lower, upper, rel=1e-9):
 
 
 @dataclass(frozen=True)
+class Coordinates:
+    """Coordinates NUTS samples instead of some of a law's parameters (a reparameterisation),
+    declared by a law (``Law.coordinates``) or built by ``bayes_scaling.bayes.coordinates``.
+
+    The model is unchanged (priors stay on the law's parameters; the log-Jacobian of the map is
+    added), only the geometry the sampler sees is: weakly identified parameters often lie on a
+    curved ridge that becomes a straight one in coordinates centred on the data.
+
+    Attributes:
+        name: short label.
+        params: the law parameters computed from the coordinates.
+        coords: the sampled coordinates, as :class:`Param` specs (their transform is used), or
+            the name of a law parameter that is sampled as itself (with its own transform).
+        to_params: ``(c, ref) -> {param: value}`` (``c`` a dict of coordinate values).
+        from_params: ``(p, ref) -> {coord: value}``, the inverse (used to initialise).
+        reference: ``x -> ref``: data summaries the coordinates are centred on.
+        doc: the formulas.
+        uses_law: the maps also read the law and every other parameter: they are called as
+            ``to_params(c, ref, law, others)`` / ``from_params(p, ref, law, others)`` with
+            ``others`` every other parameter value (fixed ones included). Such a block is applied
+            last; its Jacobian is triangular (nothing else depends on its parameters).
+        log_det: optional closed form of ``log |det d params / d coords|`` (same arguments as
+            ``to_params``); otherwise it is computed by forward-mode autodiff.
+        with_log_det: optional ``to_params`` returning ``(params, log_det)`` in one pass (used by
+            the sampler's density, so shared work is done once).
+        switch: optional ``(theta_of_s, s_hat, cov, ref, method) -> Coordinates | None``: looks
+            at the posterior mode (``s_hat``, Laplace covariance ``cov`` in the sampling
+            coordinates) and returns better coordinates for this table and inference ``method``
+            (``"nuts"`` or ``"laplace"``), or ``None`` to keep these.
+    """
+
+    name: str
+    params: tuple
+    coords: tuple
+    to_params: Callable = field(repr=False)
+    from_params: Callable = field(repr=False)
+    reference: Callable = field(repr=False)
+    doc: str = ""
+    uses_law: bool = False
+    log_det: Callable | None = field(default=None, repr=False)
+    with_log_det: Callable | None = field(default=None, repr=False)
+    switch: Callable | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
 class Law:
     """A scaling law: parameters, variables read, and one pure jnp function.
 
@@ -140,6 +185,15 @@ class Law:
         description: one paragraph on when to use it.
         example: a plausible parameter set (e.g. a paper's fitted values) used by docs and
             recovery tests; must lie inside the bounds.
+        coordinates: the law's own sampling geometry: :class:`Coordinates` blocks the sampler
+            uses instead of some parameters (e.g. the PTPP gate), unless a parameter they touch is
+            fixed.
+        linear: parameters that enter ``fn`` linearly (``f = c g + h``, ``g > 0``); the sampler
+            replaces the free ones by the law's level at the centre of the table and the shares
+            of their terms (``bayes_scaling.bayes.coordinates.level_coordinates``).
+        prior_references: ``(coef, exponent, reference)`` triples: the default prior of the
+            coefficient of a power term ``coef / v^exponent`` is stated for the term at
+            ``v = reference`` (``bayes_scaling.bayes.AtReference``).
     """
 
     name: str
@@ -151,11 +205,19 @@ class Law:
     defaults: Mapping[str, float] = field(default_factory=dict)
     description: str = ""
     example: Mapping[str, float] = field(default_factory=dict)
+    coordinates: tuple[Coordinates, ...] = ()
+    linear: tuple[str, ...] = ()
+    prior_references: tuple[tuple[str, str, float], ...] = ()
 
     def __post_init__(self):
         names = [p.name for p in self.params]
         if len(set(names)) != len(names):
             raise ValueError(f"law {self.name}: duplicate parameter names {names}")
+        declared = ({n for b in self.coordinates for n in b.params} | set(self.linear)
+                    | {n for ref in self.prior_references for n in ref[:2]})
+        if declared - set(names):
+            raise ValueError(f"law {self.name}: coordinates, linear or prior_references name "
+                             f"{sorted(declared - set(names))}, which are not parameters {names}")
         if self.example:
             if set(self.example) != set(names):
                 raise ValueError(f"law {self.name}: example must give exactly {names}")

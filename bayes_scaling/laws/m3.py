@@ -361,6 +361,7 @@ chinchilla = register(Law(
                 "N -> M. Bounds and inits: M3 Table 6. Example: Epoch AI's published refit "
                 "(Besiroglu et al. 2024).",
     example=dict(A=482.01, B=2085.43, alpha=0.34781, beta=0.36585, E=1.81686),
+    linear=("E", "A", "B"),
 ))
 
 chinchilla_m3 = register(dataclasses.replace(
@@ -421,6 +422,7 @@ muennighoff = register(Law(
                 "(R_N* takes R_M*'s). Example: the datablations published fit (A, B, E = exp of "
                 "a, b, e; alpha = beta tied). For M3 tables use `muennighoff_m3`.",
     example=_MUEN_EX,
+    linear=("E",),
 ))
 
 muennighoff_m3 = register(Law(
