@@ -221,19 +221,33 @@ def test_a_gate_the_data_cannot_see_leaves_zeta_to_its_prior():
 
 # --- likelihoods and priors ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("c", [0.5, 1.345, 3.0])
-def test_huber_density_is_normalised_and_sampled_exactly(c):
+@pytest.mark.parametrize("likelihood,c", [("huber", 0.5), ("huber", 1.345), ("huber", 3.0),
+                                          ("student_t", 1.345), ("normal", 1.345)])
+def test_the_likelihood_is_normalised_and_sampled_exactly(likelihood, c):
     from scipy import integrate, stats
 
-    d = B.Huber(0.0, 1.0, c)
+    d = B.Observation(likelihood, 0.0, 1.0, c=c)
     total, _ = integrate.quad(lambda v: float(jnp.exp(d.log_prob(v))), -60, 60, points=[-c, c],
                               limit=200)
-    assert total == pytest.approx(1.0, abs=1e-8)
+    assert total == pytest.approx(1.0, abs=1e-6 if likelihood == "student_t" else 1e-8)
     draws = np.asarray(d.sample(jax.random.PRNGKey(0), (40000,)))
     grid = np.linspace(-30, 30, 60001)
     cdf = np.cumsum(np.exp(np.asarray(d.log_prob(jnp.asarray(grid))))) * (grid[1] - grid[0])
     ks = stats.kstest(draws, lambda v: np.interp(v, grid, cdf))
     assert ks.pvalue > 1e-3
+
+
+def test_one_likelihood_for_model_density_and_scipy():
+    """Student-t and Normal log densities of the one definition are scipy's (scale 0.3, 4 df)."""
+    from scipy import stats
+
+    r = np.linspace(-2.0, 2.0, 41)
+    np.testing.assert_allclose(np.asarray(B.log_likelihood(r, 0.3, "student_t", student_df=4.0)),
+                               stats.t.logpdf(r / 0.3, 4.0) - np.log(0.3), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(B.log_likelihood(r, 0.3, "normal")),
+                               stats.norm.logpdf(r, 0.0, 0.3), rtol=1e-12)
+    with pytest.raises(bs.BayesScalingError, match="likelihood must be one of"):
+        B.log_likelihood(r, 0.3, "cauchy")
 
 
 @pytest.mark.parametrize("law", ["ptpp_gated_floor", "chinchilla"])

@@ -32,7 +32,7 @@ Gelman & Gabry (2017) for PSIS-LOO.
 Layout (each module one idea; data flows down the list):
 
 - ``distributions``: the Huber density, the flat prior, a prior seen through a Param transform;
-- ``likelihood``: the observation model of log losses;
+- ``likelihood``: the observation model of log losses (the one definition of the likelihood);
 - ``priors``: default priors, conditional (:class:`AtReference`) priors, prior draws and tables;
 - ``coordinates``: the generic sampling coordinates, and the blocks a model samples in;
 - ``spec``: :class:`Spec` (law + priors + likelihood + fixed values) and its densities;
@@ -47,9 +47,9 @@ from .api import fit_posterior
 from .commands import forecast_command, posterior_command
 from .coordinates import choose_blocks, level_coordinates, power_coordinates
 from .discrepancy import estimate_discrepancy, with_discrepancy
-from .distributions import (HUBER_C, FlatPrior, Huber, OnUnconstrained, huber_standard_sample,
+from .distributions import (HUBER_C, FlatPrior, OnUnconstrained, huber_standard_sample,
                             log_abs_det_jacobian)
-from .likelihood import LIKELIHOODS, STUDENT_DF, likelihood_dist, standard_noise
+from .likelihood import LIKELIHOODS, STUDENT_DF, Observation, log_likelihood, standard_noise
 from .model import build_model
 from .modes import Mode, map_estimate
 from .nuts import BFMI_MIN, ESS_PER_CHAIN, RHAT_MAX, use_chain_devices
@@ -62,12 +62,12 @@ _data_pytree = data_pytree  # the name the analyses scripts read
 
 __all__ = [
     "AtReference", "BFMI_MIN", "ConvergenceWarning", "Coordinates", "ESS_PER_CHAIN", "FlatPrior",
-    "HUBER_C", "Huber", "LIKELIHOODS", "Mode", "MultimodalWarning", "OnUnconstrained",
+    "HUBER_C", "LIKELIHOODS", "Mode", "MultimodalWarning", "Observation", "OnUnconstrained",
     "Posterior", "RHAT_MAX", "SCALE", "STUDENT_DF", "Spec", "build_model", "choose_blocks",
     "data_pytree", "default_prior", "default_priors", "draw_prior", "estimate_discrepancy",
     "extrapolation_distance", "fit_posterior", "forecast_command", "huber_standard_sample",
-    "level_coordinates", "likelihood_dist", "load_posterior", "log_abs_det_jacobian", "log_scale",
-    "make_spec", "map_estimate", "plain_priors", "posterior_command", "power_coordinates",
+    "level_coordinates", "load_posterior", "log_abs_det_jacobian", "log_scale",
+    "log_likelihood", "make_spec", "map_estimate", "plain_priors", "posterior_command", "power_coordinates",
     "prior_given", "prior_loc_scale", "prior_order", "prior_table", "standard_noise",
     "use_chain_devices", "with_discrepancy",
 ]

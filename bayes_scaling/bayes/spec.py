@@ -15,10 +15,9 @@ import numpyro.distributions as dist
 from ..errors import BayesScalingError
 from ..fit import pad_rows
 from ..laws import Law, get as get_law
-from ..objective import huber_logpdf
 from .coordinates import choose_blocks
 from .distributions import FLAT_PRIORS, HUBER_C, log_abs_det_jacobian
-from .likelihood import LIKELIHOODS, STUDENT_DF, likelihood_dist
+from .likelihood import STUDENT_DF, check_likelihood, log_likelihood
 from .priors import SCALE, default_priors, log_scale, prior_given
 
 
@@ -154,12 +153,8 @@ class Spec:
     def pointwise_loglik(self, theta, data):
         """log p(log L_i | theta, sigma) for every row (the log_likelihood group)."""
         mu = jnp.log(self.law.fn(self.law_params(theta, data["fixed"]), data["x"]))
-        sigma = self.sigma(theta, data)
-        r = mu - data["y"]
-        if self.likelihood == "huber":
-            ll = huber_logpdf(r, sigma, self.c)
-        else:
-            ll = likelihood_dist(self.likelihood, mu, sigma, student_df=self.student_df).log_prob(data["y"])
+        ll = log_likelihood(data["y"] - mu, self.sigma(theta, data), self.likelihood, c=self.c,
+                            student_df=self.student_df)
         return jnp.where(jnp.isfinite(ll), ll, -jnp.inf)
 
     def loglik(self, theta, data):
@@ -208,8 +203,7 @@ def make_spec(law, *, priors=None, likelihood="huber", fixed=None, scale=None, c
     with ``"auto"`` the law's declared free linear coefficients.
     """
     law = get_law(law)
-    if likelihood not in LIKELIHOODS:
-        raise BayesScalingError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}")
+    check_likelihood(likelihood)
     if "sigma" in law.param_names:
         raise BayesScalingError(f"law {law.name} has a parameter named 'sigma', which the "
                                 "likelihood's scale uses; rename it")
