@@ -84,6 +84,23 @@ def test_a_law_declared_in_a_test_is_sampled_in_its_own_coordinates(table):
     assert lap.diagnostics["pareto_k"] < 0.7
 
 
+def test_a_saved_posterior_records_its_law(tmp_path, table):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        post = bs.fit_posterior(LAW, table, method="laplace", n_starts=4, seed=0, num_chains=1,
+                                num_samples=200)
+    path = tmp_path / "post.nc"
+    post.save(path)
+    with pytest.raises(bs.LawError, match="not registered .* law=my_law"):
+        bs.load_posterior(path)
+    back = bs.load_posterior(path, law=LAW)
+    np.testing.assert_allclose(back.draws("alpha"), post.draws("alpha"))
+    other = Law(name=LAW.name, params=LAW.params, variables=("N",), fn=_fn,
+                column_map={"N": "M"})  # same formula read from another column
+    with pytest.raises(bs.LawError, match="differs"):
+        bs.load_posterior(path, law=other)
+
+
 def test_a_law_declares_linear_terms_and_prior_references():
     law = Law(name="with_level_test_law", params=LAW.params, variables=("N",), fn=_fn,
               linear=("E", "A"), prior_references=(("A", "alpha", 1e4),))

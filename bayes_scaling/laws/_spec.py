@@ -12,12 +12,17 @@ two-stage D-CPT baseline is ``dcpt`` read through ``N -> M, D -> D_2, replay -> 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
+import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import jax.numpy as jnp
 import numpy as np
+
+from ..errors import LawError
 
 INF = math.inf
 
@@ -194,6 +199,9 @@ class Law:
         prior_references: ``(coef, exponent, reference)`` triples: the default prior of the
             coefficient of a power term ``coef / v^exponent`` is stated for the term at
             ``v = reference`` (``bayes_scaling.bayes.AtReference``).
+        base_law: the registered law whose parameters a two-phase fit (``fit_two_phase``) fits
+            first and then freezes ("" if the law has none).
+        phase1: ``df -> boolean mask``: the rows of that first phase.
     """
 
     name: str
@@ -208,6 +216,8 @@ class Law:
     coordinates: tuple[Coordinates, ...] = ()
     linear: tuple[str, ...] = ()
     prior_references: tuple[tuple[str, str, float], ...] = ()
+    base_law: str = ""
+    phase1: Callable | None = field(default=None, repr=False)
 
     def __post_init__(self):
         names = [p.name for p in self.params]
@@ -269,6 +279,43 @@ class Law:
         x = data if _is_jnp_dict(data, self.variables) else self.inputs(data)
         return self.fn(p, x)
 
+    @functools.cached_property
+    def identity(self) -> str:
+        """``name:hash`` of what the law computes: the source of ``fn``, every parameter's name,
+        bounds, init range and init scale, the variables, the column map and the defaults (not
+        the docs or the example). Saved fits record it; loading checks it (:meth:`from_saved`)."""
+        try:
+            code = inspect.getsource(self.fn)
+        except (OSError, TypeError):
+            code = self.fn.__code__.co_code.hex()
+        parts = [code, repr([(p.name, p.lower, p.upper, tuple(p.init), p.log_init)
+                             for p in self.params]),
+                 repr(self.variables), repr(sorted(self.column_map.items())),
+                 repr(sorted((k, float(v)) for k, v in self.defaults.items()))]
+        h = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+        return f"{self.name}:{h}"
+
+    @staticmethod
+    def from_saved(name: str, identity: str | None, law=None, source: str = "") -> "Law":
+        """The law a saved result was fitted with: ``law`` (a :class:`Law` or name) or the one
+        registered as ``name``, refused unless its :attr:`identity` is the recorded one."""
+        where = f"{source}: " if source else ""
+        if law is None:
+            try:
+                law = get(name)
+            except LawError:
+                raise LawError(f"{where}the law {name!r} is not registered (a custom law); reload "
+                               "with the law object: load_posterior(path, law=my_law) or "
+                               "MapFit.load(path, law=my_law)") from None
+        law = get(law)
+        if identity is None:
+            raise LawError(f"{where}records no law identity (saved by an older version); refit it")
+        if law.identity != identity:
+            raise LawError(f"{where}was fitted with the law {identity}, but {law.name} is "
+                           f"{law.identity}: its definition (formula, parameters, bounds or "
+                           "inputs) differs; refit, or pass the law it was fitted with (law=)")
+        return law
+
     def renamed(self, name: str, description: str = "", **column_map: str) -> "Law":
         """The same law read through another column mapping, e.g. ``dcpt.renamed('dcpt_m3', N='M')``."""
         unknown = set(column_map) - set(self.variables)
@@ -317,8 +364,6 @@ def register(law: Law) -> Law:
 
 def get(name_or_law) -> Law:
     """The law registered under ``name`` (a :class:`Law` is returned unchanged)."""
-    from ..errors import LawError
-
     if isinstance(name_or_law, Law):
         return name_or_law
     try:
