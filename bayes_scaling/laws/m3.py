@@ -139,11 +139,6 @@ def saturation(R, R_star):
     return 1.0 + R * _phi(R / R_star)
 
 
-def _saturation_inv(R, inv_R_star):
-    """h with 1/R* given (so R* = inf is the finite value 0)."""
-    return 1.0 + R * _phi(R * inv_R_star)
-
-
 def saturation_lp(R, R_star, p):
     """h_Lp(R; R*, p) = 1 + R / (1 + (R/R*)^p)^(1/p)  (M3 Eq. 20, Appendix D.3).
 
@@ -170,12 +165,6 @@ def _log_effective_model(log_M, log_U_opt, inv_RM_star):
     log_U = jnp.minimum(log_U_opt, log_M)
     R_M = jnp.expm1(log_M - log_U)
     return log_U + jnp.log1p(R_M * _phi(R_M * inv_RM_star))
-
-
-def effective_model_size(M, D_T, p, RM_star):
-    """M' = U_M h(R_M; R_M*) (M3 Eq. 12) for base params ``p`` (A, B, alpha, beta) and R_M*."""
-    log_U = log_compute_optimal_size(jnp.log(D_T), p["A"], p["B"], p["alpha"], p["beta"])
-    return jnp.exp(_log_effective_model(jnp.log(M), log_U, 1.0 / RM_star))
 
 
 def rm_star_k(k, a, b, c):
