@@ -299,6 +299,7 @@ class MapFit:
     def to_dict(self) -> dict:
         return {
             "law": self.law.name,
+            "law_identity": self.law.identity,
             "params": self.params,
             "objective": self.objective,
             "settings": self.settings,
@@ -314,11 +315,12 @@ class MapFit:
 
     @classmethod
     def load(cls, path, law=None) -> "MapFit":
-        """Read a fit written by :meth:`save` (pass ``law`` for an unregistered law object)."""
+        """Read a fit written by :meth:`save` (pass ``law`` for an unregistered law object); a law
+        whose definition is not the one the fit recorded is refused (``Law.from_saved``)."""
         with open(path) as fh:
             d = json.load(fh)
         return cls(
-            law=get_law(law or d["law"]),
+            law=Law.from_saved(d["law"], d.get("law_identity"), law, str(path)),
             params={k: float(v) for k, v in d["params"].items()},
             objective=float(d["objective"]),
             starts=pd.DataFrame(d["starts"]),
@@ -471,21 +473,38 @@ def _scipy_multistart(prob: Problem, theta0, delta, max_iter):
     return np.array(theta), np.array(obj, float), np.array(n_iter), np.array(conv)
 
 
-def fit_two_phase(law, df, *, base_law="chinchilla", phase1=None, delta, n_starts=64, seed=0,
+def fit_two_phase(law, df, *, base_law=None, phase1=None, delta, n_starts=64, seed=0,
                   method="jax", **kw):
     """The M3 paper's two-phase fit (Appendix C.2.4).
 
-    Phase 1 fits ``base_law`` (Chinchilla: A, B, alpha, beta, E) on the rows selected by ``phase1``
-    (a boolean mask or a callable ``df -> mask``; the paper uses monolingual r = 1, k <= 4,
-    single-stage rows). Phase 2 fixes the shared parameters at their phase-1 values and fits the
-    rest of ``law`` on all of ``df``.
+    Phase 1 fits the base law (the M3 laws: ``chinchilla_m3``, i.e. A, B, alpha, beta, E on M and
+    D) on the phase-1 rows (the M3 laws: the monolingual r = 1, k <= 4, single-stage rows,
+    ``laws.m3.phase1_rows``). Phase 2 fixes the shared parameters at their phase-1 values and fits
+    the rest of ``law`` on all of ``df``.
+
+    ``base_law`` and ``phase1`` (a boolean mask or a callable ``df -> mask``) default to what the
+    law declares (``Law.base_law``, ``Law.phase1``); a law that declares none needs both. A base
+    that reads a column the law does not read (``chinchilla`` on N under a law on M) is refused:
+    its parameters would not be the law's.
 
     Returns:
         (phase-2 MapFit, phase-1 MapFit)
     """
-    law, base = get_law(law), get_law(base_law)
-    mask = np.ones(len(df), bool) if phase1 is None else (phase1(df) if callable(phase1) else phase1)
-    mask = np.asarray(mask, bool)
+    law = get_law(law)
+    if base_law is None and not law.base_law:
+        raise FitError(f"{law.name} declares no base law for a two-phase fit: pass base_law= (the "
+                       "law whose parameters phase 1 fits, reading the same inputs) and phase1=")
+    base = get_law(base_law or law.base_law)
+    phase1 = law.phase1 if phase1 is None else phase1
+    if phase1 is None:
+        raise FitError(f"{law.name} declares no phase-1 rows: pass phase1= (a boolean mask or "
+                       "df -> mask; M3 App. C.2.4 uses the r = 1, k <= 4, single-stage rows)")
+    foreign = sorted(set(base.columns) - set(law.columns) - {law.column(v) for v in law.defaults})
+    if foreign and base.name != law.base_law:
+        raise FitError(f"base law {base.name} reads {foreign}, which {law.name} does not read: "
+                       f"its parameters would not mean the same in {law.name}"
+                       + (f"; the law's base is {law.base_law}" if law.base_law else ""))
+    mask = np.asarray(phase1(df) if callable(phase1) else phase1, bool)
     fit1 = fit_map(base, df[mask], delta=delta, n_starts=n_starts, seed=seed, method=method, **kw)
     shared = {k: v for k, v in fit1.params.items() if k in law.param_names}
     if not shared:

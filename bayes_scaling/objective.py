@@ -1,6 +1,6 @@
 """The one objective (DESIGN.md rule 2): Huber on log residuals, and the matching likelihood.
 
-MAP objective (PTPP paper Sec. 2 "Fitting constraints"; M3 paper Appendix C.2.1):
+MAP objective (PTPP paper Sec. 2 "Fitting constraints"; M3 paper Appendix C.1, Eq. 18):
 
     J(theta) = sum_i Huber_delta(log Lhat_i(theta) - log L_i),
     Huber_delta(r) = r^2 / 2             if |r| <= delta

@@ -12,6 +12,7 @@ import pytest
 
 import bayes_scaling as bs
 from bayes_scaling import bayes as B
+from bayes_scaling.laws import ptpp
 from bayes_scaling.objective import huber_log_normaliser
 
 from conftest import form3_grid, simulate
@@ -110,7 +111,7 @@ def test_sampling_coordinates_change_variables_exactly(gate):
     assert {n for b in spec.blocks for n in b.params} == {"beta", "lam", "zeta", "E", "A", "B",
                                                          "C", "F"}
     if gate.startswith("gate_slope"):
-        block = B.gate_slope_coordinates(sign=1 if gate.endswith("log_zeta") else None)
+        block = ptpp.gate_slope_coordinates(sign=1 if gate.endswith("log_zeta") else None)
         spec = B.make_spec(law, coordinates=(block, spec.blocks[1]))
         gate = "gate_slope"
     data = B.data_pytree(spec, df)
@@ -148,8 +149,8 @@ def test_the_slope_coordinates_cover_exactly_the_gates_support(zeta):
     step outside the support (with zeta sampled as itself it could, across zeta = 0)."""
     L0 = float(np.log(21.6))
     p = {"beta": 0.3, "lam": 0.5, "zeta": zeta}
-    kappa = float(B.gate_slope(p, L0))
-    block = B.gate_slope_coordinates(sign=-np.sign(kappa))
+    kappa = float(ptpp.gate_slope(p, L0))
+    block = ptpp.gate_slope_coordinates(sign=-np.sign(kappa))
     r = {"L0": jnp.asarray(L0)}
     c0 = block.from_params({k: jnp.asarray(v) for k, v in p.items()}, r)
     assert float(c0["gate_slope"]) == pytest.approx(kappa, rel=1e-12)
@@ -220,19 +221,33 @@ def test_a_gate_the_data_cannot_see_leaves_zeta_to_its_prior():
 
 # --- likelihoods and priors ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("c", [0.5, 1.345, 3.0])
-def test_huber_density_is_normalised_and_sampled_exactly(c):
+@pytest.mark.parametrize("likelihood,c", [("huber", 0.5), ("huber", 1.345), ("huber", 3.0),
+                                          ("student_t", 1.345), ("normal", 1.345)])
+def test_the_likelihood_is_normalised_and_sampled_exactly(likelihood, c):
     from scipy import integrate, stats
 
-    d = B.Huber(0.0, 1.0, c)
+    d = B.Observation(likelihood, 0.0, 1.0, c=c)
     total, _ = integrate.quad(lambda v: float(jnp.exp(d.log_prob(v))), -60, 60, points=[-c, c],
                               limit=200)
-    assert total == pytest.approx(1.0, abs=1e-8)
+    assert total == pytest.approx(1.0, abs=1e-6 if likelihood == "student_t" else 1e-8)
     draws = np.asarray(d.sample(jax.random.PRNGKey(0), (40000,)))
     grid = np.linspace(-30, 30, 60001)
     cdf = np.cumsum(np.exp(np.asarray(d.log_prob(jnp.asarray(grid))))) * (grid[1] - grid[0])
     ks = stats.kstest(draws, lambda v: np.interp(v, grid, cdf))
     assert ks.pvalue > 1e-3
+
+
+def test_one_likelihood_for_model_density_and_scipy():
+    """Student-t and Normal log densities of the one definition are scipy's (scale 0.3, 4 df)."""
+    from scipy import stats
+
+    r = np.linspace(-2.0, 2.0, 41)
+    np.testing.assert_allclose(np.asarray(B.log_likelihood(r, 0.3, "student_t", student_df=4.0)),
+                               stats.t.logpdf(r / 0.3, 4.0) - np.log(0.3), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(B.log_likelihood(r, 0.3, "normal")),
+                               stats.norm.logpdf(r, 0.0, 0.3), rtol=1e-12)
+    with pytest.raises(bs.BayesScalingError, match="likelihood must be one of"):
+        B.log_likelihood(r, 0.3, "cauchy")
 
 
 @pytest.mark.parametrize("law", ["ptpp_gated_floor", "chinchilla"])
@@ -261,7 +276,7 @@ def test_the_floor_prior_is_stated_at_the_reference_ptpp(law):
     priors = B.default_priors(law)
     assert isinstance(priors["F"], B.AtReference) and priors["F"].exponent == "eta"
     draws = [B.draw_prior(priors, jax.random.PRNGKey(i)) for i in range(2000)]
-    floor20 = np.log([d["F"] * B.PTPP_REF ** -d["eta"] for d in draws])
+    floor20 = np.log([d["F"] * ptpp.PTPP_REF ** -d["eta"] for d in draws])
     log_eta = np.log([d["eta"] for d in draws])
     assert abs(np.corrcoef(floor20, log_eta)[0, 1]) < 0.08
     m, s = B.prior_loc_scale(next(p for p in law.params if p.name == "F"))

@@ -97,6 +97,35 @@ def test_save_load_roundtrip(tmp_path, epoch):
     np.testing.assert_allclose(back.predict(kept), fit.predict(kept), rtol=1e-14)
 
 
+def test_a_saved_fit_is_refused_for_another_law_definition(tmp_path, epoch):
+    import dataclasses
+    import json
+
+    _, kept = epoch
+    fit = bs.fit_map("chinchilla", kept, delta=1e-3, n_starts=2, seed=1)
+    path = tmp_path / "fit.json"
+    fit.save(path)
+    saved = json.loads(path.read_text())
+    assert saved["law_identity"] == bs.laws.get("chinchilla").identity
+    # the law's name edited by hand: the same function read through M is another law
+    path.write_text(json.dumps({**saved, "law": "chinchilla_m3"}))
+    with pytest.raises(bs.LawError, match="definition .* differs"):
+        bs.MapFit.load(path)
+    with pytest.raises(bs.LawError, match="definition .* differs"):
+        bs.MapFit.load(tmp_path / "fit.json", law="chinchilla_m3")
+    # a custom law: reloaded only with its object, and refused when its bounds changed
+    custom = dataclasses.replace(bs.laws.get("chinchilla"), name="my_chinchilla")
+    fit = bs.fit_map(custom, kept, delta=1e-3, n_starts=2, seed=1)
+    fit.save(path)
+    with pytest.raises(bs.LawError, match="not registered .* law=my_law"):
+        bs.MapFit.load(path)
+    assert bs.MapFit.load(path, law=custom).params == fit.params
+    wider = dataclasses.replace(custom, params=(Param("A", 0.0, 1e9, (1.0, 1e4), True),
+                                                *custom.params[1:]))
+    with pytest.raises(bs.LawError, match="my_chinchilla:"):
+        bs.MapFit.load(path, law=wider)
+
+
 def test_data_hash_changes_with_data(epoch):
     _, kept = epoch
     a = bs.fit_map("chinchilla", kept, delta=1e-3, n_starts=2)
@@ -171,3 +200,34 @@ def test_ridge_names_the_parameters_the_data_leave_free():
     fixed = bs.fit_map("chinchilla", df[df["N"] == 4e8], delta=1e-3, n_starts=32, seed=0,
                        fixed={"A": one.params["A"]})
     assert "A" not in fixed.ridge()
+
+
+def _he_table(seed=0):
+    """Single-stage rows on an M x D_T x k x r grid, loss from `he` at its example parameters."""
+    rows = [dict(M=m, D_T=dt, k=k, r=r, n_stages=1, D=k * dt / r)
+            for m in np.geomspace(1e5, 1e7, 4) for dt in np.geomspace(1e6, 1e8, 3)
+            for k in (1, 2, 8) for r in (1.0, 0.5, 0.25)]
+    return simulate("he", pd.DataFrame(rows), noise=0.002, seed=seed)
+
+
+def test_two_phase_takes_the_base_law_and_rows_the_law_declares():
+    df = _he_table()
+    fit2, fit1 = bs.fit_two_phase("he", df, delta=1e-3, n_starts=8)
+    mask = bs.laws.m3.phase1_rows(df)
+    assert fit2.settings["two_phase"]["base_law"] == "chinchilla_m3"
+    assert fit2.settings["two_phase"]["phase1_rows"] == int(mask.sum()) == 24  # r = 1, k <= 4
+    assert set(fit2.settings["fixed"]) == {"A", "B", "alpha", "beta", "E"}
+    assert fit1.law.name == "chinchilla_m3" and fit1.n_rows == int(mask.sum())
+    assert fit2.params["gamma"] == pytest.approx(bs.laws.get("he").example["gamma"], rel=0.05)
+
+
+def test_two_phase_refuses_a_base_on_other_inputs_and_undeclared_defaults():
+    df = _he_table().assign(N=1e6)
+    with pytest.raises(bs.FitError, match=r"reads \['N'\].*the law's base is chinchilla_m3"):
+        bs.fit_two_phase("he", df, base_law="chinchilla", delta=1e-3, n_starts=2)
+    with pytest.raises(bs.FitError, match="declares no base law"):
+        bs.fit_two_phase("ptpp_floor", df, delta=0.02, n_starts=2)
+    with pytest.raises(bs.FitError, match="declares no phase-1 rows"):
+        bs.fit_two_phase("ptpp_floor", df, base_law="dcpt", delta=0.02, n_starts=2)
+    with pytest.raises(bs.DataError, match=r"lacks \['n_stages'\]"):
+        bs.fit_two_phase("he", df.drop(columns="n_stages"), delta=1e-3, n_starts=2)

@@ -32,9 +32,9 @@ Gelman & Gabry (2017) for PSIS-LOO.
 Layout (each module one idea; data flows down the list):
 
 - ``distributions``: the Huber density, the flat prior, a prior seen through a Param transform;
-- ``likelihood``: the observation model of log losses;
+- ``likelihood``: the observation model of log losses (the one definition of the likelihood);
 - ``priors``: default priors, conditional (:class:`AtReference`) priors, prior draws and tables;
-- ``coordinates``: sampling coordinates (reparameterisations) and the laws' declarations;
+- ``coordinates``: the generic sampling coordinates, and the blocks a model samples in;
 - ``spec``: :class:`Spec` (law + priors + likelihood + fixed values) and its densities;
 - ``model``: the NumPyro model and the compiled densities;
 - ``modes``: MAP, Newton, Laplace; ``nuts``: sampling and diagnostics;
@@ -42,35 +42,32 @@ Layout (each module one idea; data flows down the list):
 - ``api``: :func:`fit_posterior`; ``commands``: the CLI entry points.
 """
 from ..errors import ConvergenceWarning, MultimodalWarning
+from ..laws import Coordinates
 from .api import fit_posterior
 from .commands import forecast_command, posterior_command
-from .coordinates import (GATE_VISIBLE_Z, Coordinates, gate_coordinates, gate_slope,
-                          gate_slope_coordinates, level_coordinates, power_coordinates,
-                          register_coordinates)
+from .coordinates import choose_blocks, level_coordinates, power_coordinates
 from .discrepancy import estimate_discrepancy, with_discrepancy
-from .distributions import (HUBER_C, FlatPrior, Huber, OnUnconstrained, huber_standard_sample,
+from .distributions import (HUBER_C, FlatPrior, OnUnconstrained, huber_standard_sample,
                             log_abs_det_jacobian)
-from .likelihood import LIKELIHOODS, STUDENT_DF, likelihood_dist, standard_noise
+from .likelihood import LIKELIHOODS, STUDENT_DF, Observation, log_likelihood, standard_noise
 from .model import build_model
 from .modes import Mode, map_estimate
 from .nuts import BFMI_MIN, ESS_PER_CHAIN, RHAT_MAX, use_chain_devices
 from .posterior import Posterior, extrapolation_distance, load_posterior
-from .priors import (PTPP_REF, SCALE, AtReference, default_prior, default_priors, draw_prior,
-                     log_scale, plain_priors, prior_given, prior_loc_scale, prior_order,
-                     prior_table, register_prior_reference)
+from .priors import (SCALE, AtReference, default_prior, default_priors, draw_prior, log_scale,
+                     plain_priors, prior_given, prior_loc_scale, prior_order, prior_table)
 from .spec import Spec, data_pytree, make_spec
 
 _data_pytree = data_pytree  # the name the analyses scripts read
 
 __all__ = [
     "AtReference", "BFMI_MIN", "ConvergenceWarning", "Coordinates", "ESS_PER_CHAIN", "FlatPrior",
-    "GATE_VISIBLE_Z", "HUBER_C", "Huber", "LIKELIHOODS", "Mode", "MultimodalWarning",
-    "OnUnconstrained", "PTPP_REF", "Posterior", "RHAT_MAX", "SCALE", "STUDENT_DF", "Spec",
-    "build_model", "data_pytree", "default_prior", "default_priors", "draw_prior",
-    "estimate_discrepancy", "extrapolation_distance", "fit_posterior", "forecast_command",
-    "gate_coordinates", "gate_slope", "gate_slope_coordinates", "huber_standard_sample",
-    "level_coordinates", "likelihood_dist", "load_posterior", "log_abs_det_jacobian", "log_scale",
-    "make_spec", "map_estimate", "plain_priors", "posterior_command", "power_coordinates",
-    "prior_given", "prior_loc_scale", "prior_order", "prior_table", "register_coordinates",
-    "register_prior_reference", "standard_noise", "use_chain_devices", "with_discrepancy",
+    "HUBER_C", "LIKELIHOODS", "Mode", "MultimodalWarning", "Observation", "OnUnconstrained",
+    "Posterior", "RHAT_MAX", "SCALE", "STUDENT_DF", "Spec", "build_model", "choose_blocks",
+    "data_pytree", "default_prior", "default_priors", "draw_prior", "estimate_discrepancy",
+    "extrapolation_distance", "fit_posterior", "forecast_command", "huber_standard_sample",
+    "level_coordinates", "load_posterior", "log_abs_det_jacobian", "log_scale",
+    "log_likelihood", "make_spec", "map_estimate", "plain_priors", "posterior_command", "power_coordinates",
+    "prior_given", "prior_loc_scale", "prior_order", "prior_table", "standard_noise",
+    "use_chain_devices", "with_discrepancy",
 ]

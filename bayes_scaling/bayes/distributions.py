@@ -1,5 +1,5 @@
-"""Distributions the Bayesian layer needs that NumPyro lacks: the Huber density on log residuals,
-the improper flat prior, and a prior seen on the real line through a parameter's transform.
+"""Distributions the Bayesian layer needs that NumPyro lacks: draws from the Huber density, the
+improper flat prior, and a prior seen on the real line through a parameter's transform.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from numpyro.distributions import constraints
 
 from ..errors import BayesScalingError
 from ..laws import Param
-from ..objective import huber_log_normaliser, huber_logpdf
+from ..objective import huber_log_normaliser
 
 
 HUBER_C = 1.345  # threshold in units of sigma: 95% efficiency under Gaussian noise (Huber 1964)
@@ -87,34 +87,6 @@ class OnUnconstrained(dist.Distribution):
         if math.isfinite(hi):
             theta = jnp.minimum(theta, hi - rel * max(1.0, abs(hi)))
         return self.param.to_unconstrained(theta)
-
-
-class Huber(dist.Distribution):
-    """Huber density on the real line: ``log p(v) = -rho_c((v - loc)/scale) - log scale - log Z(c)``.
-
-    ``rho_c`` is quadratic for ``|z| <= c`` and linear beyond (see ``bayes_scaling.objective``);
-    the density is a Gaussian core with exponential tails. Sampling draws from that mixture exactly.
-    """
-
-    support = constraints.real
-    arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
-
-    def __init__(self, loc=0.0, scale=1.0, c=HUBER_C, validate_args=None):
-        self.loc, self.scale = jnp.asarray(loc), jnp.asarray(scale)
-        self.c = float(c)
-        batch_shape = jax.lax.broadcast_shapes(jnp.shape(loc), jnp.shape(scale))
-        super().__init__(batch_shape=batch_shape, validate_args=validate_args)
-
-    def log_prob(self, value):
-        return huber_logpdf(value - self.loc, self.scale, self.c)
-
-    def sample(self, key, sample_shape=()):
-        shape = sample_shape + self.batch_shape
-        return self.loc + self.scale * huber_standard_sample(key, shape, self.c)
-
-    @property
-    def mean(self):
-        return jnp.broadcast_to(self.loc, self.batch_shape)
 
 
 def huber_standard_sample(key, shape, c=HUBER_C):

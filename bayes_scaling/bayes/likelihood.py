@@ -1,32 +1,82 @@
-"""The observation model of log losses: which likelihoods exist and their distributions."""
+"""The observation model of log losses: THE one definition of the likelihood.
+
+A row's log residual ``r = log L - log f(theta, x)`` has density ``p(r | sigma)``:
+
+- ``"huber"``: ``-rho_c(r / sigma) - log sigma - log Z(c)`` (``bayes_scaling.objective``,
+  DESIGN.md rule 2; with flat priors and a fixed sigma its mode is the ``fit_map`` Huber fit with
+  ``delta = c sigma``);
+- ``"student_t"``: Student-t with ``student_df`` degrees of freedom and scale ``sigma``;
+- ``"normal"``: Normal with sd ``sigma``.
+
+:func:`log_likelihood` is used by the model's density (``Spec``), the NumPyro model (through
+:class:`Observation`), NUTS, the Laplace path and every evaluation of held-out rows
+(``bayes_scaling.evaluate.posterior_loglik``); :func:`standard_noise` draws from the same
+densities for forecasts.
+"""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
+from jax.scipy.special import gammaln
 
 import numpyro.distributions as dist
+from numpyro.distributions import constraints
 
 from ..errors import BayesScalingError
-from .distributions import HUBER_C, Huber, huber_standard_sample
-
+from ..objective import huber_logpdf
+from .distributions import HUBER_C, huber_standard_sample
 
 LIKELIHOODS = ("huber", "student_t", "normal")
 STUDENT_DF = 4.0
 
 
-def likelihood_dist(likelihood: str, loc, scale, *, c=HUBER_C, student_df=STUDENT_DF):
-    """The observation distribution of ``log L`` around ``loc = log f(theta, x)``."""
-    if likelihood == "huber":
-        return Huber(loc, scale, c)
+def check_likelihood(likelihood: str) -> str:
+    if likelihood not in LIKELIHOODS:
+        raise BayesScalingError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}")
+    return likelihood
+
+
+def log_likelihood(r, scale, likelihood="huber", *, c=HUBER_C, student_df=STUDENT_DF):
+    """Pointwise ``log p(r | scale)`` of log residuals ``r = log L - log f(theta, x)``."""
+    if check_likelihood(likelihood) == "huber":
+        return huber_logpdf(r, scale, c)
+    z = r / scale
     if likelihood == "student_t":
-        return dist.StudentT(student_df, loc, scale)
-    if likelihood == "normal":
-        return dist.Normal(loc, scale)
-    raise BayesScalingError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}")
+        return -0.5 * (student_df + 1.0) * jnp.log1p(z**2.0 / student_df) - (
+            jnp.log(scale) + 0.5 * jnp.log(student_df) + 0.5 * jnp.log(jnp.pi)
+            + gammaln(0.5 * student_df) - gammaln(0.5 * (student_df + 1.0)))
+    return -0.5 * z**2 - jnp.log(jnp.sqrt(2 * jnp.pi) * scale)
 
 
-def standard_noise(likelihood, key, shape, c, student_df):
-    if likelihood == "huber":
+def standard_noise(likelihood, key, shape, c=HUBER_C, student_df=STUDENT_DF):
+    """Draws of ``r / sigma`` under ``likelihood`` (the density of :func:`log_likelihood`)."""
+    if check_likelihood(likelihood) == "huber":
         return huber_standard_sample(key, shape, c)
     if likelihood == "student_t":
         return jax.random.t(key, student_df, shape)
     return jax.random.normal(key, shape)
+
+
+class Observation(dist.Distribution):
+    """The distribution of ``log L`` around ``loc = log f(theta, x)``: :func:`log_likelihood` of
+    ``value - loc`` as a NumPyro distribution (the NumPyro model's observation site)."""
+
+    support = constraints.real
+    arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
+
+    def __init__(self, likelihood, loc, scale, *, c=HUBER_C, student_df=STUDENT_DF,
+                 validate_args=None):
+        self.likelihood = check_likelihood(likelihood)
+        self.loc, self.scale = jnp.asarray(loc), jnp.asarray(scale)
+        self.c, self.student_df = float(c), float(student_df)
+        batch_shape = jax.lax.broadcast_shapes(jnp.shape(loc), jnp.shape(scale))
+        super().__init__(batch_shape=batch_shape, validate_args=validate_args)
+
+    def log_prob(self, value):
+        return log_likelihood(value - self.loc, self.scale, self.likelihood, c=self.c,
+                              student_df=self.student_df)
+
+    def sample(self, key, sample_shape=()):
+        shape = sample_shape + self.batch_shape
+        return self.loc + self.scale * standard_noise(self.likelihood, key, shape, self.c,
+                                                      self.student_df)

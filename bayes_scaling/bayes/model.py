@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpyro
 
 from .distributions import HUBER_C, OnUnconstrained
-from .likelihood import STUDENT_DF, likelihood_dist
+from .likelihood import STUDENT_DF, Observation
 from .priors import prior_given, prior_order
 from .spec import Spec, make_spec
 
@@ -47,9 +47,8 @@ def numpyro_model(spec: Spec):
         mu = jnp.log(spec.law.fn(spec.law_params(theta, fixed), x))
         n = mu.shape[-1]
         with numpyro.plate("rows", n):
-            numpyro.sample("y", likelihood_dist(spec.likelihood, mu, sigma, c=spec.c,
-                                                   student_df=spec.student_df),
-                           obs=y)
+            numpyro.sample("y", Observation(spec.likelihood, mu, sigma, c=spec.c,
+                                            student_df=spec.student_df), obs=y)
 
     model.spec = spec
     return model

@@ -12,7 +12,7 @@ import pandas as pd
 
 from .. import data as _data
 from ..errors import BayesScalingError, ConvergenceWarning
-from ..laws import Law, get as get_law
+from ..laws import Law
 from .likelihood import standard_noise
 from .spec import Spec
 
@@ -164,8 +164,8 @@ class Posterior:
         if self.settings.get("_discrepancy_axis") is not None:
             warnings.warn("the discrepancy axis (a function) is not saved; pass it again after "
                           "loading with with_discrepancy", stacklevel=2)
-        meta = {"law": self.law.name, "map": self.map, "diagnostics": self.diagnostics,
-                "settings": settings, "data_hash": self.data_hash,
+        meta = {"law": self.law.name, "law_identity": self.law.identity, "map": self.map,
+                "diagnostics": self.diagnostics, "settings": settings, "data_hash": self.data_hash,
                 "modes": json.loads(self.modes.to_json(orient="records"))}
         self.idata.posterior.attrs["bayes_scaling"] = json.dumps(meta, default=_json_default)
         self.idata.to_netcdf(str(path))
@@ -213,12 +213,14 @@ def extrapolation_distance(post, df, axis=None) -> np.ndarray:
 
 
 def load_posterior(path, law=None) -> Posterior:
-    """Read a posterior written by :meth:`Posterior.save` (pass ``law`` for an unregistered law)."""
+    """Read a posterior written by :meth:`Posterior.save` (pass ``law`` for an unregistered law); a
+    law whose definition is not the one the posterior recorded is refused (``Law.from_saved``)."""
     import arviz as az
 
     idata = az.from_netcdf(str(path))
     meta = json.loads(idata.posterior.attrs["bayes_scaling"])
-    return Posterior(law=get_law(law or meta["law"]), idata=idata, map=meta["map"],
+    law = Law.from_saved(meta["law"], meta.get("law_identity"), law, str(path))
+    return Posterior(law=law, idata=idata, map=meta["map"],
                      diagnostics=meta["diagnostics"], modes=pd.DataFrame(meta["modes"]),
                      settings=meta["settings"], data_hash=meta["data_hash"])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -123,20 +123,6 @@ class AtReference:
             self.base, dist.transforms.AffineTransform(0.0, jnp.exp(exponent_value * self.log_ref)))
 
 
-# Laws whose coefficient priors are stated at a reference value of a variable (by law function).
-PRIOR_REFERENCES: dict[Callable, tuple] = {}
-
-
-PTPP_REF = 20.0  # the Chinchilla-optimal budget: early-stage checkpoints sit around it
-
-
-def register_prior_reference(fn: Callable, coef: str, exponent: str, reference: float):
-    """Declare that the default prior of ``coef`` (a power term ``coef / v^exponent``) is stated
-    for the term at ``v = reference`` (:class:`AtReference`), for every law whose function is
-    ``fn``."""
-    PRIOR_REFERENCES[fn] = PRIOR_REFERENCES.get(fn, ()) + ((coef, exponent, float(reference)),)
-
-
 @functools.cache
 def _at_reference(p: Param, exponent: str, reference: float) -> AtReference:
     return AtReference(default_prior(p), exponent, math.log(reference))
@@ -144,12 +130,12 @@ def _at_reference(p: Param, exponent: str, reference: float) -> AtReference:
 
 def default_priors(law) -> dict[str, dist.Distribution]:
     """``{name: prior}`` for every parameter of ``law`` plus the scale ``sigma``; a coefficient
-    declared with :func:`register_prior_reference` gets an :class:`AtReference` prior."""
+    the law states at a reference (``Law.prior_references``) gets an :class:`AtReference` prior."""
     law = get_law(law)
     out = {p.name: default_prior(p) for p in law.params}
     params = {p.name: p for p in law.params}
-    for coef, exponent, ref in PRIOR_REFERENCES.get(law.fn, ()):
-        out[coef] = _at_reference(params[coef], exponent, ref)
+    for coef, exponent, ref in law.prior_references:
+        out[coef] = _at_reference(params[coef], exponent, float(ref))
     out["sigma"] = default_prior(SCALE)
     return out
 

@@ -3,7 +3,6 @@ its densities, and the table as the arrays they read.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -16,10 +15,9 @@ import numpyro.distributions as dist
 from ..errors import BayesScalingError
 from ..fit import pad_rows
 from ..laws import Law, get as get_law
-from ..objective import huber_logpdf
-from .coordinates import Coordinates, LINEAR_COEFFICIENTS, SAMPLING_COORDINATES, level_coordinates
+from .coordinates import choose_blocks
 from .distributions import FLAT_PRIORS, HUBER_C, log_abs_det_jacobian
-from .likelihood import LIKELIHOODS, STUDENT_DF, likelihood_dist
+from .likelihood import STUDENT_DF, check_likelihood, log_likelihood
 from .priors import SCALE, default_priors, log_scale, prior_given
 
 
@@ -155,12 +153,8 @@ class Spec:
     def pointwise_loglik(self, theta, data):
         """log p(log L_i | theta, sigma) for every row (the log_likelihood group)."""
         mu = jnp.log(self.law.fn(self.law_params(theta, data["fixed"]), data["x"]))
-        sigma = self.sigma(theta, data)
-        r = mu - data["y"]
-        if self.likelihood == "huber":
-            ll = huber_logpdf(r, sigma, self.c)
-        else:
-            ll = likelihood_dist(self.likelihood, mu, sigma, student_df=self.student_df).log_prob(data["y"])
+        ll = log_likelihood(data["y"] - mu, self.sigma(theta, data), self.likelihood, c=self.c,
+                            student_df=self.student_df)
         return jnp.where(jnp.isfinite(ll), ll, -jnp.inf)
 
     def loglik(self, theta, data):
@@ -202,15 +196,14 @@ def make_spec(law, *, priors=None, likelihood="huber", fixed=None, scale=None, c
 
     ``priors``: ``None`` (defaults), ``"flat"`` (improper flat priors on the law's parameters; the
     scale keeps its default prior unless fixed), or ``{name: distribution}`` overriding some
-    defaults. Unknown names raise. ``coordinates``: ``"auto"`` (those declared for the law's
-    function, skipping any block that touches a fixed parameter), ``None`` (plain Param
+    defaults. Unknown names raise. ``coordinates``: ``"auto"`` (those the law declares,
+    skipping any block that touches a fixed parameter), ``None`` (plain Param
     transforms), or a tuple of :class:`Coordinates`. ``level``: linear coefficients to replace by
     the law's level at the centre of the table and their shares (:func:`level_coordinates`);
     with ``"auto"`` the law's declared free linear coefficients.
     """
     law = get_law(law)
-    if likelihood not in LIKELIHOODS:
-        raise BayesScalingError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}")
+    check_likelihood(likelihood)
     if "sigma" in law.param_names:
         raise BayesScalingError(f"law {law.name} has a parameter named 'sigma', which the "
                                 "likelihood's scale uses; rename it")
@@ -238,45 +231,9 @@ def make_spec(law, *, priors=None, likelihood="huber", fixed=None, scale=None, c
                                     f"of {law.name} ({law.param_names}) or 'sigma'")
         pri.update(priors)
     pri = {p.name: pri[p.name] for p in free}
-    if coordinates == "auto":
-        blocks = tuple(b for b in SAMPLING_COORDINATES.get(law.fn, ())
-                       if not set(b.params) & set(fixed))
-        if level is None:
-            level = tuple(c for c in LINEAR_COEFFICIENTS.get(law.fn, ()) if c not in fixed) or None
-    elif coordinates is None:
-        blocks = ()
-    else:
-        blocks = tuple(coordinates)
-        missing = {n for b in blocks for n in b.params} - {p.name for p in free}
-        if missing:
-            raise BayesScalingError(f"coordinates replace {sorted(missing)}, which are not free "
-                                    f"parameters of {law.name}")
-    if level is not None:
-        level = (level,) if isinstance(level, str) else tuple(level)
-        if set(level) & set(fixed):
-            raise BayesScalingError(f"level coefficients {level} include fixed ones")
-        blocks = tuple(b for b in blocks if not set(b.params) & set(level))
-        blocks = blocks + (level_coordinates(level),)
-    taken = [n for b in blocks for n in b.params]
-    if len(taken) != len(set(taken)):
-        raise BayesScalingError(f"coordinate blocks overlap: {taken}")
-    blocks = tuple(_resolve_block(b, law) for b in blocks)
-    blocks = tuple(b for b in blocks if not b.uses_law) + tuple(b for b in blocks if b.uses_law)
+    blocks = choose_blocks(law, free, fixed, coordinates, level)
     return Spec(law, free, pri, likelihood, fixed, None if scale is None else float(scale), c,
                 student_df, blocks)
-
-
-_RESOLVED: dict = {}
-
-
-def _resolve_block(block: Coordinates, law: Law) -> Coordinates:
-    """Replace coordinate names that refer to law parameters by the law's Param specs (cached, so
-    a law's resolved blocks keep their identity and compiled programs are reused)."""
-    key = (id(block), law.name, law.fn)
-    if key not in _RESOLVED:
-        coords = tuple(law.param(c) if isinstance(c, str) else c for c in block.coords)
-        _RESOLVED[key] = (dataclasses.replace(block, coords=coords), block)
-    return _RESOLVED[key][0]
 
 
 def data_pytree(spec: Spec, df: pd.DataFrame, pad: bool = True):

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..bayes.likelihood import log_likelihood
 from ..errors import BayesScalingError, DataError, FitError
 
 __all__ = ["central_interval", "coverage", "crps", "crps_gaussian", "crps_samples",
@@ -189,10 +190,6 @@ def posterior_loglik(post, df, mean_draws=None, keep=None) -> np.ndarray:
     did not see. Feed it to :func:`log_predictive_density`. ``keep``: boolean mask over the
     posterior's draws that ``mean_draws`` was already reduced to.
     """
-    from scipy import stats
-
-    from ..objective import huber_logpdf
-
     st = post.settings
     mean = np.asarray(post.predict_draws(df, kind="mean") if mean_draws is None else mean_draws,
                       dtype=float)
@@ -204,15 +201,8 @@ def posterior_loglik(post, df, mean_draws=None, keep=None) -> np.ndarray:
     if sigma.shape[0] != mean.shape[0]:
         raise BayesScalingError(f"{sigma.shape[0]} scale draws for {mean.shape[0]} mean draws")
     r = np.log(df["loss"].to_numpy(dtype=float))[None, :] - np.log(mean)
-    sig = sigma[:, None]
-    kind = st["likelihood"]
-    if kind == "huber":
-        return np.asarray(huber_logpdf(r, sig, float(st.get("c", 1.345))), dtype=float)
-    if kind == "student_t":
-        return stats.t.logpdf(r / sig, float(st.get("student_df", 4.0))) - np.log(sig)
-    if kind == "normal":
-        return stats.norm.logpdf(r, 0.0, sig)
-    raise BayesScalingError(f"unknown likelihood {kind!r} in the posterior's settings")
+    return np.asarray(log_likelihood(r, sigma[:, None], st["likelihood"], c=float(st["c"]),
+                                     student_df=float(st["student_df"])), dtype=float)
 
 
 def posterior_predictions(post, df, interval):

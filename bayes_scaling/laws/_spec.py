@@ -12,12 +12,17 @@ two-stage D-CPT baseline is ``dcpt`` read through ``N -> M, D -> D_2, replay -> 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
+import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import jax.numpy as jnp
 import numpy as np
+
+from ..errors import LawError
 
 INF = math.inf
 
@@ -126,6 +131,51 @@ def clip_inside(v, lower, upper, rel=1e-9):
 
 
 @dataclass(frozen=True)
+class Coordinates:
+    """Coordinates NUTS samples instead of some of a law's parameters (a reparameterisation),
+    declared by a law (``Law.coordinates``) or built by ``bayes_scaling.bayes.coordinates``.
+
+    The model is unchanged (priors stay on the law's parameters; the log-Jacobian of the map is
+    added), only the geometry the sampler sees is: weakly identified parameters often lie on a
+    curved ridge that becomes a straight one in coordinates centred on the data.
+
+    Attributes:
+        name: short label.
+        params: the law parameters computed from the coordinates.
+        coords: the sampled coordinates, as :class:`Param` specs (their transform is used), or
+            the name of a law parameter that is sampled as itself (with its own transform).
+        to_params: ``(c, ref) -> {param: value}`` (``c`` a dict of coordinate values).
+        from_params: ``(p, ref) -> {coord: value}``, the inverse (used to initialise).
+        reference: ``x -> ref``: data summaries the coordinates are centred on.
+        doc: the formulas.
+        uses_law: the maps also read the law and every other parameter: they are called as
+            ``to_params(c, ref, law, others)`` / ``from_params(p, ref, law, others)`` with
+            ``others`` every other parameter value (fixed ones included). Such a block is applied
+            last; its Jacobian is triangular (nothing else depends on its parameters).
+        log_det: optional closed form of ``log |det d params / d coords|`` (same arguments as
+            ``to_params``); otherwise it is computed by forward-mode autodiff.
+        with_log_det: optional ``to_params`` returning ``(params, log_det)`` in one pass (used by
+            the sampler's density, so shared work is done once).
+        switch: optional ``(theta_of_s, s_hat, cov, ref, method) -> Coordinates | None``: looks
+            at the posterior mode (``s_hat``, Laplace covariance ``cov`` in the sampling
+            coordinates) and returns better coordinates for this table and inference ``method``
+            (``"nuts"`` or ``"laplace"``), or ``None`` to keep these.
+    """
+
+    name: str
+    params: tuple
+    coords: tuple
+    to_params: Callable = field(repr=False)
+    from_params: Callable = field(repr=False)
+    reference: Callable = field(repr=False)
+    doc: str = ""
+    uses_law: bool = False
+    log_det: Callable | None = field(default=None, repr=False)
+    with_log_det: Callable | None = field(default=None, repr=False)
+    switch: Callable | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
 class Law:
     """A scaling law: parameters, variables read, and one pure jnp function.
 
@@ -140,6 +190,18 @@ class Law:
         description: one paragraph on when to use it.
         example: a plausible parameter set (e.g. a paper's fitted values) used by docs and
             recovery tests; must lie inside the bounds.
+        coordinates: the law's own sampling geometry: :class:`Coordinates` blocks the sampler
+            uses instead of some parameters (e.g. the PTPP gate), unless a parameter they touch is
+            fixed.
+        linear: parameters that enter ``fn`` linearly (``f = c g + h``, ``g > 0``); the sampler
+            replaces the free ones by the law's level at the centre of the table and the shares
+            of their terms (``bayes_scaling.bayes.coordinates.level_coordinates``).
+        prior_references: ``(coef, exponent, reference)`` triples: the default prior of the
+            coefficient of a power term ``coef / v^exponent`` is stated for the term at
+            ``v = reference`` (``bayes_scaling.bayes.AtReference``).
+        base_law: the registered law whose parameters a two-phase fit (``fit_two_phase``) fits
+            first and then freezes ("" if the law has none).
+        phase1: ``df -> boolean mask``: the rows of that first phase.
     """
 
     name: str
@@ -151,11 +213,21 @@ class Law:
     defaults: Mapping[str, float] = field(default_factory=dict)
     description: str = ""
     example: Mapping[str, float] = field(default_factory=dict)
+    coordinates: tuple[Coordinates, ...] = ()
+    linear: tuple[str, ...] = ()
+    prior_references: tuple[tuple[str, str, float], ...] = ()
+    base_law: str = ""
+    phase1: Callable | None = field(default=None, repr=False)
 
     def __post_init__(self):
         names = [p.name for p in self.params]
         if len(set(names)) != len(names):
             raise ValueError(f"law {self.name}: duplicate parameter names {names}")
+        declared = ({n for b in self.coordinates for n in b.params} | set(self.linear)
+                    | {n for ref in self.prior_references for n in ref[:2]})
+        if declared - set(names):
+            raise ValueError(f"law {self.name}: coordinates, linear or prior_references name "
+                             f"{sorted(declared - set(names))}, which are not parameters {names}")
         if self.example:
             if set(self.example) != set(names):
                 raise ValueError(f"law {self.name}: example must give exactly {names}")
@@ -206,6 +278,43 @@ class Law:
             raise KeyError(f"law {self.name}: missing parameter values {sorted(missing)}")
         x = data if _is_jnp_dict(data, self.variables) else self.inputs(data)
         return self.fn(p, x)
+
+    @functools.cached_property
+    def identity(self) -> str:
+        """``name:hash`` of what the law computes: the source of ``fn``, every parameter's name,
+        bounds, init range and init scale, the variables, the column map and the defaults (not
+        the docs or the example). Saved fits record it; loading checks it (:meth:`from_saved`)."""
+        try:
+            code = inspect.getsource(self.fn)
+        except (OSError, TypeError):
+            code = self.fn.__code__.co_code.hex()
+        parts = [code, repr([(p.name, p.lower, p.upper, tuple(p.init), p.log_init)
+                             for p in self.params]),
+                 repr(self.variables), repr(sorted(self.column_map.items())),
+                 repr(sorted((k, float(v)) for k, v in self.defaults.items()))]
+        h = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+        return f"{self.name}:{h}"
+
+    @staticmethod
+    def from_saved(name: str, identity: str | None, law=None, source: str = "") -> "Law":
+        """The law a saved result was fitted with: ``law`` (a :class:`Law` or name) or the one
+        registered as ``name``, refused unless its :attr:`identity` is the recorded one."""
+        where = f"{source}: " if source else ""
+        if law is None:
+            try:
+                law = get(name)
+            except LawError:
+                raise LawError(f"{where}the law {name!r} is not registered (a custom law); reload "
+                               "with the law object: load_posterior(path, law=my_law) or "
+                               "MapFit.load(path, law=my_law)") from None
+        law = get(law)
+        if identity is None:
+            raise LawError(f"{where}records no law identity (saved by an older version); refit it")
+        if law.identity != identity:
+            raise LawError(f"{where}was fitted with the law {identity}, but {law.name} is "
+                           f"{law.identity}: its definition (formula, parameters, bounds or "
+                           "inputs) differs; refit, or pass the law it was fitted with (law=)")
+        return law
 
     def renamed(self, name: str, description: str = "", **column_map: str) -> "Law":
         """The same law read through another column mapping, e.g. ``dcpt.renamed('dcpt_m3', N='M')``."""
@@ -263,8 +372,6 @@ def register(law: Law, *, replace: bool = False) -> Law:
 
 def get(name_or_law) -> Law:
     """The law registered under ``name`` (a :class:`Law` is returned unchanged)."""
-    from ..errors import LawError
-
     if isinstance(name_or_law, Law):
         return name_or_law
     try:

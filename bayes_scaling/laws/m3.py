@@ -24,8 +24,9 @@ Fitting recipe of the paper (Appendix C.1): sum of Huber_delta on log residuals 
 **delta = 1e-3**, L-BFGS within the Table 6 bounds, 50 starts drawn from the Table 6 init ranges
 (log-uniform for A, B and r0), best start kept; two-phase fit (Appendix C.2.4) for every law that
 contains the Chinchilla base: first (A, B, alpha, beta, E) on the r = 1, k <= 4, single-stage rows,
-then the rest with those frozen (``bs.fit_two_phase(law, df, base_law="chinchilla_m3", ...)``: the
-base must read M, not N). Sedova, D-CPT, PTPP-F1/F2/F3 and Zhang are fitted in one phase.
+then the rest with those frozen (``bs.fit_two_phase(law, df, delta=1e-3)``: these laws declare
+``base_law="chinchilla_m3"``, which reads M, not N, and ``phase1=phase1_rows``). Sedova, D-CPT,
+PTPP-F1/F2/F3 and Zhang are fitted in one phase.
 
 Numerics: every power term is ``exp(log coef - exponent log x)``; ``h`` is evaluated as
 ``1 + R phi(R / R*)`` with ``phi(x) = (1 - e^-x) / x`` (``phi(0) = 1``), so ``R* -> inf`` is exact
@@ -49,6 +50,7 @@ import jax
 import jax.numpy as jnp
 
 from . import ptpp as _ptpp
+from ..errors import DataError
 from ._spec import Law, Param, powlaw, register
 
 # --- Table 6 parameters ---------------------------------------------------------------------------
@@ -137,11 +139,6 @@ def saturation(R, R_star):
     return 1.0 + R * _phi(R / R_star)
 
 
-def _saturation_inv(R, inv_R_star):
-    """h with 1/R* given (so R* = inf is the finite value 0)."""
-    return 1.0 + R * _phi(R * inv_R_star)
-
-
 def saturation_lp(R, R_star, p):
     """h_Lp(R; R*, p) = 1 + R / (1 + (R/R*)^p)^(1/p)  (M3 Eq. 20, Appendix D.3).
 
@@ -168,12 +165,6 @@ def _log_effective_model(log_M, log_U_opt, inv_RM_star):
     log_U = jnp.minimum(log_U_opt, log_M)
     R_M = jnp.expm1(log_M - log_U)
     return log_U + jnp.log1p(R_M * _phi(R_M * inv_RM_star))
-
-
-def effective_model_size(M, D_T, p, RM_star):
-    """M' = U_M h(R_M; R_M*) (M3 Eq. 12) for base params ``p`` (A, B, alpha, beta) and R_M*."""
-    log_U = log_compute_optimal_size(jnp.log(D_T), p["A"], p["B"], p["alpha"], p["beta"])
-    return jnp.exp(_log_effective_model(jnp.log(M), log_U, 1.0 / RM_star))
 
 
 def rm_star_k(k, a, b, c):
@@ -345,7 +336,20 @@ def _m3_rmk(p, x):
     return _lbase_log(p, log_Mp, log_Dp)
 
 
+def phase1_rows(df):
+    """M3 App. C.2.4, phase 1 of the two-phase fit: the monolingual (``r = 1``), low-epoch
+    (``k <= 4``), single-stage (``n_stages = 1``) rows."""
+    missing = [c for c in ("r", "k", "n_stages") if c not in df]
+    if missing:
+        raise DataError(f"phase 1 of the M3 two-phase fit (App. C.2.4) selects rows by r, k and "
+                        f"n_stages; the table lacks {missing}: add them, or pass phase1= (a mask)")
+    return ((df["r"] >= 1) & (df["k"] <= 4) & (df["n_stages"] == 1)).to_numpy()
+
+
 # --- registrations --------------------------------------------------------------------------------
+
+# the laws that build on the Chinchilla base: two-phase fit (App. C.2.4), base read through M
+_TWO_PHASE = dict(base_law="chinchilla_m3", phase1=phase1_rows)
 
 _MONO = {"k": 1.0, "r": 1.0}
 _STAGES = {"k": 1.0, "r": 1.0, "r_f": 0.0}
@@ -361,6 +365,7 @@ chinchilla = register(Law(
                 "N -> M. Bounds and inits: M3 Table 6. Example: Epoch AI's published refit "
                 "(Besiroglu et al. 2024).",
     example=dict(A=482.01, B=2085.43, alpha=0.34781, beta=0.36585, E=1.81686),
+    linear=("E", "A", "B"),
 ))
 
 chinchilla_m3 = register(dataclasses.replace(
@@ -386,6 +391,7 @@ he = register(Law(
                 "D is the total token count k D_T / r. A missing r column means r = 1. Example: "
                 "Table 13 (ja) base with the single-stage pilot gamma = 0.1021 of Sec. 3.3.2.",
     example={**_EX_BASE, "gamma": 0.1021},
+    **_TWO_PHASE,
 ))
 
 he_dual = register(Law(
@@ -400,6 +406,7 @@ he_dual = register(Law(
                 "when the r_f column is absent) gives `he`. Example: Table 13 (ja) base with the "
                 "pilot values gamma = 0.1021, gamma2 = 0.0434 of Sec. 3.3.2.",
     example={**_EX_BASE, "gamma": 0.1021, "gamma2": 0.0434},
+    **_TWO_PHASE,
 ))
 
 # Datablations README "Parametric Fit": a, b, e, alpha, beta, rd_star, rn_star =
@@ -421,6 +428,7 @@ muennighoff = register(Law(
                 "(R_N* takes R_M*'s). Example: the datablations published fit (A, B, E = exp of "
                 "a, b, e; alpha = beta tied). For M3 tables use `muennighoff_m3`.",
     example=_MUEN_EX,
+    linear=("E",),
 ))
 
 muennighoff_m3 = register(Law(
@@ -435,6 +443,7 @@ muennighoff_m3 = register(Law(
                 "U -> D_T and R_D = k - 1 (so D -> k D_T: the repeated target tokens; high-resource "
                 "tokens are ignored, as in the paper). Example: Table 13 (ja) values.",
     example={**_EX_BASE, "RD_star": _EX["RD_star"], "RM_star": _EX["RM_star"]},
+    **_TWO_PHASE,
 ))
 
 atlas = register(Law(
@@ -452,6 +461,7 @@ atlas = register(Law(
                 "tokens count with a constant weight tau; no effective model size. Example: Table 13 "
                 "(ja) base and R_D*, tau = 0.5 (illustrative).",
     example={**_EX_BASE, "RD_star": _EX["RD_star"], "tau": 0.5},
+    **_TWO_PHASE,
 ))
 
 sedova = register(Law(
@@ -519,6 +529,7 @@ m3 = register(Law(
                 "At k = 1, r = 1 and M <= U_M it is Chinchilla in M. Fit two-phase (App. C.2.4). "
                 "Example: Table 13, Japanese.",
     example=dict(_EX),
+    **_TWO_PHASE,
 ))
 
 m3_rmk = register(Law(
@@ -533,6 +544,7 @@ m3_rmk = register(Law(
                 "M' = M and the law is Chinchilla at k = 1 for every M. Example: Table 13 (ja) base "
                 "and R_D*; a, b, c illustrative (the paper shows them only in Fig. 2b).",
     example={**_EX_BASE, "RD_star": _EX["RD_star"], "a": 20.0, "b": 1.0, "c": 5.0},
+    **_TWO_PHASE,
 ))
 
 m3_hlp = register(Law(
@@ -547,6 +559,7 @@ m3_hlp = register(Law(
                 "12P model: h_Lp replaces h in D' only; M' keeps h). Example: Table 13 (ja), p = 4 "
                 "(illustrative).",
     example={**_EX, "p": 4.0},
+    **_TWO_PHASE,
 ))
 
 m3_r1 = register(Law(
@@ -562,6 +575,7 @@ m3_r1 = register(Law(
                 "gamma2_dot = 0 gives `m3`. Example: Table 13 (ja), gamma2_dot = 0.01, r0 = 0.01 "
                 "(illustrative).",
     example={**_EX, "gamma2_dot": 0.01, "r0": 0.01},
+    **_TWO_PHASE,
 ))
 
 # --- the M3 paper's two-stage baselines: the PTPP-paper laws read through a column map -----------

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from ._spec import INF, Law, Param, powlaw, register
+from ._spec import INF, Coordinates, Law, Param, powlaw, register
 
 EPS_R = 1e-5
 BETA_EFF_MIN = 1e-6
+PTPP_REF = 20.0  # the Chinchilla-optimal budget: early-stage checkpoints sit around it
 
 
 def _p(name, init, log_init=False, lower=0.0, upper=INF, doc=""):
@@ -74,6 +76,135 @@ _EX_GATE = dict(lam=0.5, zeta=0.5)
 _EX_FLOOR = dict(F=1.5, eta=0.4)
 
 
+# --- sampling geometry (what the Bayesian layer samples in; the model is unchanged) -------------
+def gate_coordinates(beta="beta", lam="lam", zeta="zeta", variable="ptpp") -> Coordinates:
+    """Centred coordinates for a gated exponent ``beta_eff(v) = beta (1 - lam sigmoid(zeta log v))``.
+
+    With ``v0`` the geometric mean of ``v`` over the table and ``s0 = sigmoid(zeta log v0)``,
+    ``b = log beta_eff(v0) = log beta + log(1 - lam s0)`` (the exponent at the centre) replaces
+    ``beta``; ``lam`` and ``zeta`` are sampled as themselves. Inverse:
+    ``beta = exp(b) / (1 - lam s0)``; points with ``lam s0 >= 1`` (an exponent clipped to its
+    floor at the centre) are outside the support.
+
+    Why these and not more: the data pin the exponent at the centre hardest, and with ``beta``
+    free it couples to ``lam`` and ``zeta`` along a curved ridge; ``b`` straightens it. The slope
+    of ``log beta_eff`` in ``log v`` is also pinned on two PTPP levels, but as a coordinate
+    (with ``zeta``) its map to ``lam`` has Jacobian ``1 / |zeta|``: the density is singular where
+    the gate is flat (``zeta = 0``), and when the data cannot tell the gate's sign (its effect
+    below the noise, as in most tables drawn from the prior) chains fall into that point and the
+    step size collapses (1e-7 on such a table, with R-hat 2.5). ``lam`` and ``zeta`` keep the map
+    regular.
+
+    When the gate is visible, though, the data pin its slope, and in (``lam``, ``zeta``) that is a
+    curved ridge that drives NUTS to its maximum tree depth. So this block has a ``switch``: when
+    the slope at the posterior mode is more than ``GATE_VISIBLE_Z`` (4) Laplace standard
+    deviations from 0, ``fit_posterior`` samples in :func:`gate_slope_coordinates` instead, whose
+    singular point the chains then never approach.
+    """
+
+    def ref(x):
+        return {"L0": jnp.mean(jnp.log(x[variable]))}
+
+    def to_params(c, r):
+        g = c[lam] * jax.nn.sigmoid(c[zeta] * r["L0"])
+        g = jnp.where(g < 1.0, g, jnp.nan)
+        return {beta: jnp.exp(c["gate_log_exponent"]) / (1.0 - g), lam: c[lam], zeta: c[zeta]}
+
+    def from_params(p, r):
+        g = jnp.clip(p[lam] * jax.nn.sigmoid(p[zeta] * r["L0"]), 0.0, 1.0 - 1e-9)
+        return {"gate_log_exponent": jnp.log(p[beta]) + jnp.log1p(-g), lam: p[lam], zeta: p[zeta]}
+
+    def log_det(c, r):
+        # only beta depends on b (d beta / d b = beta); lam and zeta map to themselves
+        return jnp.log(to_params(c, r)[beta])
+
+    def switch(theta_of_s, s_hat, cov, r, method):
+        # the slope at the mode and its Laplace sd (delta method in the sampling coordinates)
+        def kappa(sv):
+            th = theta_of_s(sv)
+            return gate_slope({"lam": th[lam], "zeta": th[zeta]}, r["L0"])
+
+        k = float(kappa(s_hat))
+        grad = np.asarray(jax.grad(kappa)(s_hat))
+        sd = float(np.sqrt(max(grad @ cov @ grad, 0.0)))
+        if not (np.isfinite(k) and abs(k) > GATE_VISIBLE_Z * sd):
+            return None
+        # NUTS: log |zeta| (no trajectory can leave the support); Laplace: zeta itself, where the
+        # Gaussian fits better on the bible_ptpp fits (Pareto k 0.67 against 0.78, Form 2, target)
+        sign = -np.sign(k) if method == "nuts" else None
+        return gate_slope_coordinates(beta, lam, zeta, variable, sign=sign)
+
+    coords = (Param("gate_log_exponent", init=(-3.0, 0.0), doc="log beta_eff at the centre"),
+              lam, zeta)
+    return Coordinates("gate", (beta, lam, zeta), coords, to_params, from_params, ref,
+                       gate_coordinates.__doc__, log_det=log_det, switch=switch)
+
+
+GATE_VISIBLE_Z = 4.0
+
+
+def gate_slope(p, L0):
+    """d log beta_eff / d log v at ``log v = L0``: ``-zeta (1 - s0) lam s0 / (1 - lam s0)``."""
+    s0 = jax.nn.sigmoid(p["zeta"] * L0)
+    g = p["lam"] * s0
+    return -p["zeta"] * (1.0 - s0) * g / (1.0 - g)
+
+
+def gate_slope_coordinates(beta="beta", lam="lam", zeta="zeta", variable="ptpp",
+                           sign=None) -> Coordinates:
+    """Coordinates for a gate the data can see: ``b = log beta_eff(v0)``, its slope
+    ``kappa = d log beta_eff / d log v`` at ``v0`` (:func:`gate_slope`), and ``zeta`` (or, with
+    ``sign`` given, ``log |zeta|``).
+
+    Inverse: ``t = -kappa / zeta`` (> 0), ``lam = t / ((t + 1 - s0) s0)``,
+    ``beta = exp(b) (t + 1 - s0) / (1 - s0)``. On two levels of ``v`` the data pin ``b`` and
+    ``kappa``; the ridge that is curved in (``lam``, ``zeta``) is straight here. A slope requires
+    ``kappa zeta < 0``. With ``zeta`` sampled as itself, points with ``kappa zeta >= 0`` are
+    outside the support, and a NUTS trajectory can step across ``zeta = 0`` into them (a
+    divergence). With ``sign`` (``-sign(kappa)`` at the posterior mode, chosen by
+    :func:`gate_coordinates`' switch for NUTS), ``zeta = sign exp(gate_log_abs_zeta)``: the
+    coordinates then cover exactly the support. The map to ``lam`` is singular at a flat gate
+    (``zeta = 0``), which is why these are used only when the slope at the mode is clearly away
+    from 0.
+    """
+    log_zeta = sign is not None
+    sign = 1.0 if not log_zeta or sign >= 0 else -1.0
+    zname = "gate_log_abs_zeta" if log_zeta else zeta
+
+    def ref(x):
+        return {"L0": jnp.mean(jnp.log(x[variable]))}
+
+    def to_params(c, r):
+        z = sign * jnp.exp(c[zname]) if log_zeta else c[zname]
+        s0 = jax.nn.sigmoid(z * r["L0"])
+        t = -c["gate_slope"] / z
+        t = jnp.where(t > 0, t, jnp.nan)
+        lam_v = t / ((t + 1.0 - s0) * s0)
+        beta_v = jnp.exp(c["gate_log_exponent"]) * (t + 1.0 - s0) / (1.0 - s0)
+        return {beta: beta_v, lam: lam_v, zeta: z}
+
+    def from_params(p, r):
+        z = p[zeta]
+        s0 = jax.nn.sigmoid(z * r["L0"])
+        g = jnp.clip(p[lam] * s0, 1e-12, 1.0 - 1e-6)
+        kappa = -z * (1.0 - s0) * g / (1.0 - g)
+        return {"gate_log_exponent": jnp.log(p[beta]) + jnp.log1p(-g), "gate_slope": kappa,
+                zname: jnp.log(jnp.abs(z)) if log_zeta else z}
+
+    coords = (Param("gate_log_exponent", init=(-3.0, 0.0), doc="log beta_eff at the centre"),
+              Param("gate_slope", init=(-0.5, 0.5), doc="d log beta_eff / d log v at the centre"),
+              Param(zname, init=(-3.0, 1.0), doc="log |zeta| (zeta's sign fixed)") if log_zeta
+              else zeta)
+    return Coordinates("gate_slope", (beta, lam, zeta), coords, to_params, from_params, ref,
+                       gate_slope_coordinates.__doc__)
+
+
+_GATE_BLOCK = gate_coordinates()
+_LINEAR = ("E", "A", "B", "C")  # f = E + A g_A + B g_B + C g_C (+ F g_F): the level block's terms
+# the floor's coefficient prior is stated for the floor at PTPP 20 (docs/priors.md)
+_FLOOR_AT_REF = (("F", "eta", PTPP_REF),)
+
+
 def _dcpt(p, x):
     return _dcpt_terms(p, x, p["beta"])
 
@@ -99,6 +230,7 @@ dcpt = register(Law(
              "(D-CPT; PTPP paper Sec. 2 baseline, eps_r = 1e-5)",
     description="PTPP-agnostic continual pre-training law (Que et al. 2024) as used by the PTPP paper.",
     example=_EX_BASE,
+    linear=_LINEAR,
 ))
 
 ptpp_floor = register(Law(
@@ -110,6 +242,8 @@ ptpp_floor = register(Law(
              "(PTPP paper Form 1, additive PTPP prior)",
     description="PTPP lowers the loss floor through an additive term.",
     example={**_EX_BASE, **_EX_FLOOR},
+    linear=_LINEAR + ("F",),
+    prior_references=_FLOOR_AT_REF,
 ))
 
 ptpp_gated = register(Law(
@@ -122,6 +256,8 @@ ptpp_gated = register(Law(
              "(PTPP paper Form 2, Eq. (2), PTPP-gated data exponent)",
     description="PTPP reshapes the adaptation data curve through a bounded gate on beta.",
     example={**_EX_BASE, **_EX_GATE},
+    coordinates=(_GATE_BLOCK,),
+    linear=_LINEAR,
 ))
 
 ptpp_gated_floor = register(Law(
@@ -134,4 +270,7 @@ ptpp_gated_floor = register(Law(
              "(PTPP paper Form 3, Eq. (3), gated exponent + floor)",
     description="PTPP acts twice: a gate on the data exponent and an additive floor.",
     example={**_EX_BASE, **_EX_GATE, **_EX_FLOOR},
+    coordinates=(_GATE_BLOCK,),
+    linear=_LINEAR + ("F",),
+    prior_references=_FLOOR_AT_REF,
 ))
