@@ -94,7 +94,7 @@ def datablations(quick):
              "|---|---|---|---|"]
     sigma = float(np.median(post.draws("sigma")))
     spec = B.make_spec(law, fixed=MUEN_BASE, coordinates=None)
-    data = B._data_pytree(spec, df)
+    data = B.data_pytree(spec, df)
     for name, (a, b) in RIDGE_POINTS.items():
         p = {**MUEN_BASE, "RD_star": a, "RN_star": b}
         r = np.log(np.asarray(law(p, df))) - np.log(df["loss"].to_numpy())

@@ -1,4 +1,4 @@
-"""The one predictive (bayes_scaling.predictive): the reader of a law's inputs and the noise model.
+"""The one predictive (bayes_scaling.bayes.predictive): the reader of a law's inputs and the noise model.
 
 Parameter draws are generated around Chinchilla's published fit; the predictive draws of a
 ParamDraws must be those of the Posterior it was read from, and the noise must follow the
@@ -15,7 +15,7 @@ import pytest
 from scipy import stats
 
 import bayes_scaling as bs
-from bayes_scaling import predictive as pr
+from bayes_scaling.bayes import predictive as pr
 
 LAW = bs.laws.get("chinchilla")
 TRUTH = dict(E=1.69, A=406.4, alpha=0.34, B=410.7, beta=0.28)

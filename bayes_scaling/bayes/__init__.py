@@ -58,7 +58,6 @@ from .priors import (SCALE, AtReference, default_prior, default_priors, draw_pri
                      plain_priors, prior_given, prior_loc_scale, prior_order, prior_table)
 from .spec import Spec, data_pytree, make_spec
 
-_data_pytree = data_pytree  # the name the analyses scripts read
 
 __all__ = [
     "AtReference", "BFMI_MIN", "ConvergenceWarning", "Coordinates", "ESS_PER_CHAIN", "FlatPrior",

@@ -13,7 +13,7 @@ import pandas as pd
 from .. import data as _data
 from ..errors import BayesScalingError, ConvergenceWarning
 from ..laws import Law
-from .likelihood import standard_noise
+from .predictive import observation_draws
 from .spec import Spec
 
 
@@ -118,9 +118,8 @@ class Posterior:
         out = np.asarray(_vmapped_law(self.law)(p, x))
         k_noise, k_disc = jax.random.split(jax.random.PRNGKey(seed))
         if kind == "predictive":
-            eps = standard_noise(self.settings["likelihood"], k_noise, out.shape,
-                                  self.settings["c"], self.settings["student_df"])
-            out = out * np.exp(np.asarray(sigma)[:, None] * np.asarray(eps))
+            out = observation_draws(out, sigma, self.settings["likelihood"], k_noise,
+                                    c=self.settings["c"], student_df=self.settings["student_df"])
         tau = self.settings.get("discrepancy", 0.0) if discrepancy is None else discrepancy
         if tau:
             d = extrapolation_distance(self, df)

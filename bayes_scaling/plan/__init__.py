@@ -26,9 +26,9 @@ plans, per-draw parameter values for the recipe optimiser (:func:`as_draws`).
 Modules: ``result`` (Plan, PlanPoint, InfeasiblePlanError), ``adaptation`` (the plan search),
 ``extrapolation`` (plans against the fitted data), ``figure`` (the PTPP paper's Figure 2),
 ``recipe`` (the M3 recipe optimiser); the draws and forecasts come from
-:mod:`bayes_scaling.predictive`.
+:mod:`bayes_scaling.bayes.predictive`.
 """
-from ..predictive import ParamDraws, as_draws, order_statistic, predict_draws
+from ..bayes.predictive import ParamDraws, as_draws, order_statistic, predict_draws
 from .adaptation import adaptation, checkpoint_rows, pretraining_fit
 from .extrapolation import ExtrapolationError
 from .figure import plot_adaptation

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..errors import BayesScalingError, DataError
 from ..fit import fit_map
-from ..predictive import ParamDraws, order_statistic, predict_draws
+from ..bayes.predictive import ParamDraws, order_statistic, predict_draws
 from .extrapolation import ExtrapolationError, fitted_replay, outside, ranges
 from .result import InfeasiblePlanError, Plan, PlanPoint, parse_forgetting
 

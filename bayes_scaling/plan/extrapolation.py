@@ -8,7 +8,7 @@ plan by default (:class:`ExtrapolationError`) and labels it when extrapolation i
 from __future__ import annotations
 
 from ..errors import BayesScalingError
-from ..predictive import fitted_range
+from ..bayes.predictive import fitted_range
 
 __all__ = ["PLAN_COLUMNS", "ExtrapolationError", "fitted_replay", "outside", "ranges"]
 

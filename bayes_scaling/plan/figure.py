@@ -6,7 +6,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import BayesScalingError
-from ..predictive import order_statistic
+from ..bayes.predictive import order_statistic
 from .adaptation import PlanProblem, source_base_loss, thin_draws
 from .result import Plan, parse_forgetting
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..errors import BayesScalingError
 from ..laws import Law
-from ..predictive import ParamDraws, as_draws, law_inputs
+from ..bayes.predictive import ParamDraws, as_draws, law_inputs
 from .result import json_default
 
 __all__ = ["APPROACHES", "Recipe", "recipe", "recipe_grid", "chinchilla_optimal"]

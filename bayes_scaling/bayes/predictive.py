@@ -19,13 +19,14 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from .bayes import HUBER_C, LIKELIHOODS, STUDENT_DF, huber_standard_sample
-from .errors import BayesScalingError, DataError
-from .laws import Law
-from .laws import get as get_law
+from ..errors import BayesScalingError, DataError
+from ..laws import Law
+from ..laws import get as get_law
+from .distributions import HUBER_C
+from .likelihood import LIKELIHOODS, STUDENT_DF, standard_noise
 
 __all__ = ["ParamDraws", "as_draws", "fitted_range", "law_inputs", "observation_draws",
-           "order_statistic", "predict_draws", "standard_noise"]
+           "order_statistic", "predict_draws"]
 
 
 def law_inputs(law: Law, table, *, where: str = "the table", fix: str = "") -> dict:
@@ -48,19 +49,6 @@ def law_inputs(law: Law, table, *, where: str = "the table", fix: str = "") -> d
     shape = jnp.shape(next(iter(table.values())))
     return {v: (jnp.asarray(table[law.column(v)]) if law.column(v) in table
                 else jnp.full(shape, float(law.defaults[v]))) for v in law.variables}
-
-
-def standard_noise(likelihood: str, key, shape, *, c: float = HUBER_C,
-                   student_df: float = STUDENT_DF) -> jnp.ndarray:
-    """Draws of the likelihood's standard residual ``eps``: standard Huber with threshold ``c``,
-    Student-t with ``student_df`` degrees of freedom, or standard Normal."""
-    if likelihood == "huber":
-        return huber_standard_sample(key, shape, c)
-    if likelihood == "student_t":
-        return jax.random.t(key, student_df, shape)
-    if likelihood == "normal":
-        return jax.random.normal(key, shape)
-    raise BayesScalingError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}")
 
 
 def observation_draws(mean, sigma, likelihood: str, key, *, c: float = HUBER_C,
