@@ -10,6 +10,11 @@ from ray.exceptions import WorkerCrashedError
 from .base import Executor, ScaleoutError, WorkerDiedError
 
 
+def call(fn, x):
+    """One job: ``fn(x)`` (``fn`` arrives resolved from the object store)."""
+    return fn(x)
+
+
 class RayExecutor(Executor):
     """Each item is one Ray task of ``cpus_per_job`` CPUs, run again up to ``max_retries`` times
     when its worker process dies (Ray's ``max_retries``; exceptions raised by the job are not
@@ -32,8 +37,9 @@ class RayExecutor(Executor):
                                     "local cluster") from e
 
     def submit_iter(self, fn, items):
-        task = ray.remote(num_cpus=self.cpus_per_job, max_retries=self.max_retries)(fn)
-        refs = [task.remote(x) for x in items]
+        task = ray.remote(num_cpus=self.cpus_per_job, max_retries=self.max_retries)(call)
+        fn_ref = ray.put(fn)  # shipped once, whatever callable it is (e.g. functools.partial)
+        refs = [task.remote(fn_ref, x) for x in items]
         index = {ref: i for i, ref in enumerate(refs)}
         pending = list(refs)
         try:
