@@ -95,3 +95,10 @@ class LocalExecutor(Executor):
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
+
+    def __exit__(self, exc_type, *exc) -> None:
+        # leaving on an error or Ctrl-C stops running jobs rather than waiting for them
+        if exc_type is None:
+            self.close()
+        else:
+            self._discard_pool()

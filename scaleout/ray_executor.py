@@ -23,6 +23,7 @@ class RayExecutor(Executor):
     def __init__(self, address: str | None = None, *, max_retries: int = 3, num_cpus=None,
                  cpus_per_job: float = 1, runtime_env: dict | None = None):
         self.max_retries, self.cpus_per_job = int(max_retries), cpus_per_job
+        self.pending: list = []
         self.owns_runtime = not ray.is_initialized()
         if self.owns_runtime:
             if address is None:
@@ -41,10 +42,11 @@ class RayExecutor(Executor):
         fn_ref = ray.put(fn)  # shipped once, whatever callable it is (e.g. functools.partial)
         refs = [task.remote(fn_ref, x) for x in items]
         index = {ref: i for i, ref in enumerate(refs)}
-        pending = list(refs)
+        pending = self.pending = list(refs)
         try:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
+                self.pending = pending
                 for ref in done:
                     try:
                         result = ray.get(ref)
@@ -56,7 +58,11 @@ class RayExecutor(Executor):
         finally:
             for ref in pending:
                 ray.cancel(ref, force=True)
+            self.pending = []
 
     def close(self) -> None:
+        for ref in self.pending:  # jobs left running by an error or Ctrl-C in the caller
+            ray.cancel(ref, force=True)
+        self.pending = []
         if self.owns_runtime and ray.is_initialized():
             ray.shutdown()

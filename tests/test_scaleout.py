@@ -166,3 +166,23 @@ def test_ctrl_c_stops_local_pool_cleanly(tmp_path):
 def sleep_job(tmp):
     (Path(tmp) / f"started-{os.getpid()}").touch()
     time.sleep(60)
+
+
+def nap(args):
+    """Records its pid, then sleeps ``seconds``."""
+    tmp, seconds = args
+    (Path(tmp) / f"nap{seconds}-{os.getpid()}").touch()
+    time.sleep(seconds)
+    return seconds
+
+
+def test_error_in_caller_stops_running_jobs(tmp_path):
+    """An exception in the loop over results ends the jobs still running, at once."""
+    with pytest.raises(RuntimeError, match="stop"), get_executor("local", workers=2) as ex:
+        for _ in ex.submit_iter(nap, [(str(tmp_path), 0), (str(tmp_path), 600)]):
+            while not list(tmp_path.glob("nap600-*")):  # the long job is running
+                time.sleep(0.05)
+            raise RuntimeError("stop")
+    (marker,) = tmp_path.glob("nap600-*")
+    with pytest.raises(ProcessLookupError):  # its worker process is gone
+        os.kill(int(marker.name.split("-")[1]), 0)
