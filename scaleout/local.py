@@ -73,7 +73,8 @@ class LocalExecutor(Executor):
                         if attempts[i] > self.max_retries:
                             raise WorkerDiedError(
                                 f"job {i} lost its worker process {attempts[i]} times; giving up "
-                                f"(max_retries={self.max_retries})")
+                                f"(max_retries={self.max_retries}). If workers die at start, "
+                                "guard the script's code with `if __name__ == '__main__':`")
                         pending[self._pool().submit(fn, items[i])] = i
         except BaseException:
             self._discard_pool()
