@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[train,dev]"
+	$(BIN)/pip install -q -e ".[train,dev,ray]"
 	touch $(STAMP)
 
 .PHONY: install demo test test-all analyses benchmarks

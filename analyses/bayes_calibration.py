@@ -11,11 +11,15 @@ Writes analyses/out/bayes_calibration/summary_<method>.md and results_<method>.c
 ``--only LAW``: summary_<method>_<LAW>.md and results_<method>_<LAW>.csv). Default: 50 datasets per law
 with the Laplace approximation; ``--nuts`` samples with NUTS at ``fit_posterior``'s defaults
 (4 chains x 1000 draws after 1000 warm-up steps, one CPU device per chain; ``--chains``,
-``--warmup``, ``--samples`` change them); ``--quick``: 8 datasets.
+``--warmup``, ``--samples`` change them); ``--quick``: 8 datasets. ``--executor local`` or
+``ray`` runs the per-dataset fits in parallel (``--workers`` local processes; a Ray cluster:
+``--ray-address auto`` joins a running one, no address starts a local one) with the same outputs:
+tables and seeds are drawn before the fits, and each worker gets the same CPU devices per chain.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -28,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from bayes_scaling.bayes import use_chain_devices  # noqa: E402
 from bayes_scaling.calibration import calibrate  # noqa: E402
+from scaleout import get_executor  # noqa: E402
 
 OUT = ROOT / "analyses" / "out" / "bayes_calibration"
 
@@ -69,6 +74,12 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=1000, help="NUTS warm-up steps (default 1000)")
     ap.add_argument("--samples", type=int, default=1000, help="NUTS draws per chain (default 1000)")
     ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--executor", choices=("serial", "local", "ray"), default="serial",
+                    help="where the per-dataset fits run (default: serially in this process)")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="local processes for --executor local (default: the CPU count)")
+    ap.add_argument("--ray-address", default=None,
+                    help="Ray cluster to join ('auto' or ray://host:10001); none: start one here")
     args = ap.parse_args(argv)
     n = 8 if args.quick else args.n
     OUT.mkdir(parents=True, exist_ok=True)
@@ -78,19 +89,25 @@ def main(argv=None):
         use_chain_devices(args.chains)
         fit_kwargs.update(num_chains=args.chains, num_warmup=args.warmup, num_samples=args.samples)
     results, tables = [], []
-    for law, design in (("chinchilla", chinchilla_design), ("ptpp_gated_floor", ptpp_design)):
-        if args.only and law not in args.only:
-            continue
-        grid, new = design()
-        t = time.perf_counter()
-        res = calibrate(law, grid, n_datasets=n, new_rows=new, method=method, seed=0,
-                        fit_kwargs=fit_kwargs, progress=True, accept=plausible)
-        print(f"{law}: params {res['coverage_params']:.3f}, predictions "
-              f"{res['coverage_predictions']:.3f}, {time.perf_counter() - t:.0f} s", flush=True)
-        results.append(res)
-        tab = res["table"].copy()
-        tab.insert(0, "law", law)
-        tables.append(tab)
+    options = {"ray": {"address": args.ray_address}, "local": {"workers": args.workers}}
+    if args.executor == "ray" and "XLA_FLAGS" in os.environ:  # the chains' devices, on every node
+        options["ray"]["runtime_env"] = {"env_vars": {"XLA_FLAGS": os.environ["XLA_FLAGS"]}}
+    with get_executor(args.executor, **options.get(args.executor, {})) as executor:
+        for law, design in (("chinchilla", chinchilla_design), ("ptpp_gated_floor", ptpp_design)):
+            if args.only and law not in args.only:
+                continue
+            grid, new = design()
+            t = time.perf_counter()
+            res = calibrate(law, grid, n_datasets=n, new_rows=new, method=method, seed=0,
+                            fit_kwargs=fit_kwargs, progress=True, accept=plausible,
+                            executor=executor)
+            print(f"{law}: params {res['coverage_params']:.3f}, predictions "
+                  f"{res['coverage_predictions']:.3f}, {time.perf_counter() - t:.0f} s",
+                  flush=True)
+            results.append(res)
+            tab = res["table"].copy()
+            tab.insert(0, "law", law)
+            tables.append(tab)
     # a run restricted by --only writes its own files, so it never drops another law's results
     tag = method + ("_" + "_".join(args.only) if args.only else "")
     pd.concat(tables).to_csv(OUT / f"results_{tag}.csv", index=False)

@@ -24,6 +24,8 @@ import jax
 import numpy as np
 import pandas as pd
 
+from scaleout import get_executor
+
 from . import bayes as _bayes
 from .errors import BayesScalingError
 from .laws import get as get_law
@@ -47,8 +49,39 @@ def simulate_table(law, grid, truth, seed, likelihood="huber"):
     return out
 
 
+def fit_and_check(job) -> tuple[dict, np.ndarray | None]:
+    """One replication's posterior fit and its checks: ``(row, hits)``, where ``row`` holds the
+    diagnostics and, per parameter, whether the central interval contains the truth, and ``hits``
+    says the same of the law's value at each new row (``None`` when the fit raised). ``job`` is
+    ``(i, law, table, truth, seed, method, fit_kwargs, new_rows, interval)``; a top-level function
+    of one argument, so any executor can run it."""
+    i, law, df, truth, seed, method, fit_kwargs, new_rows, interval = job
+    a = (1 - interval) / 2
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            post = _bayes.fit_posterior(law, df, method=method, seed=seed, **fit_kwargs)
+            draws = post.predict_draws(new_rows, "mean")
+    except Exception as e:  # noqa: BLE001 - a failed fit is counted, never hidden
+        return {"dataset": i, "error": f"{type(e).__name__}: {e}"[:200]}, None
+    d = post.diagnostics
+    row = {"dataset": i, "ok": post.ok, "seconds": d["seconds"]}
+    row.update({k: d[k] for k in ("max_rhat", "min_ess_bulk", "min_ess_tail", "divergences",
+                                  "pareto_k") if k in d})
+    for name in post.param_names:
+        lo, hi = np.quantile(post.draws(name), [a, 1 - a])
+        row[f"in_{name}"] = bool(lo <= truth[name] <= hi)
+        row[f"true_{name}"] = truth[name]
+    true_mean = np.asarray(law({k: v for k, v in truth.items() if k != "sigma"}, new_rows))
+    lo, hi = np.quantile(draws, [a, 1 - a], axis=0)
+    hits = (true_mean >= lo) & (true_mean <= hi)
+    row["coverage_predictions"] = float(hits.mean())
+    return row, hits
+
+
 def calibrate(law, grid, *, n_datasets=50, new_rows=None, interval=0.9, method="laplace",
-              seed=0, fit_kwargs=None, progress=False, accept=None, max_tries=1000) -> dict:
+              seed=0, fit_kwargs=None, progress=False, accept=None, max_tries=1000,
+              executor="serial") -> dict:
     """Coverage of ``interval`` credible intervals over datasets simulated from the prior.
 
     Args:
@@ -63,6 +96,9 @@ def calibrate(law, grid, *, n_datasets=50, new_rows=None, interval=0.9, method="
         accept: ``accept(table) -> bool`` on the simulated table alone (see the module docstring);
             ``None`` accepts every table.
         max_tries: redraws allowed per replication before giving up with an error.
+        executor: runs the fits (one job per replication): ``"serial"`` (in this process),
+            ``"local"``, ``"ray"`` or an executor object (``scaleout.get_executor``). The results
+            do not depend on it: tables and seeds are drawn here first.
 
     Returns:
         dict with ``coverage_params`` (pooled over parameters and datasets), ``coverage_by_param``,
@@ -73,11 +109,9 @@ def calibrate(law, grid, *, n_datasets=50, new_rows=None, interval=0.9, method="
     """
     law = get_law(law)
     new_rows = grid if new_rows is None else new_rows
-    a = (1 - interval) / 2
     fit_kwargs = {"progress_bar": False, **(fit_kwargs or {})}
-    rows, pred_hits, failed, rejected = [], [], 0, 0
     t0 = time.perf_counter()
-    draw = seed
+    jobs, rejected, draw = [], 0, seed
     for i in range(n_datasets):
         for _ in range(max_tries):
             truth = draw_truth(law, draw)
@@ -89,33 +123,18 @@ def calibrate(law, grid, *, n_datasets=50, new_rows=None, interval=0.9, method="
         else:
             raise BayesScalingError(f"no simulated table of {law.name} passed `accept` in "
                                     f"{max_tries} draws; loosen the test or the priors")
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                post = _bayes.fit_posterior(law, df, method=method, seed=draw, **fit_kwargs)
-                draws = post.predict_draws(new_rows, "mean")
-        except Exception as e:  # noqa: BLE001 - a failed fit is counted, never hidden
-            failed += 1
-            rows.append({"dataset": i, "error": f"{type(e).__name__}: {e}"[:200]})
-            continue
-        d = post.diagnostics
-        row = {"dataset": i, "ok": post.ok, "seconds": d["seconds"]}
-        row.update({k: d[k] for k in ("max_rhat", "min_ess_bulk", "min_ess_tail", "divergences",
-                                      "pareto_k") if k in d})
-        for name in post.param_names:
-            x = post.draws(name)
-            lo, hi = np.quantile(x, [a, 1 - a])
-            row[f"in_{name}"] = bool(lo <= truth[name] <= hi)
-            row[f"true_{name}"] = truth[name]
-        true_mean = np.asarray(law({k: v for k, v in truth.items() if k != "sigma"}, new_rows))
-        lo, hi = np.quantile(draws, [a, 1 - a], axis=0)
-        hits = (true_mean >= lo) & (true_mean <= hi)
-        pred_hits.append(hits)
-        row["coverage_predictions"] = float(hits.mean())
-        rows.append(row)
-        if progress:
-            print(f"  dataset {i}: params {np.mean([v for k, v in row.items() if k.startswith('in_')]):.2f}"
-                  f", predictions {row['coverage_predictions']:.2f}, ok={post.ok}", flush=True)
+        jobs.append((i, law, df, truth, draw, method, fit_kwargs, new_rows, interval))
+    results = {}
+    with get_executor(executor) as ex:
+        for i, (row, hits) in ex.submit_iter(fit_and_check, jobs):
+            results[i] = row, hits
+            if progress and hits is not None:
+                cov = np.mean([v for k, v in row.items() if k.startswith("in_")])
+                print(f"  dataset {i}: params {cov:.2f}, predictions "
+                      f"{row['coverage_predictions']:.2f}, ok={row['ok']}", flush=True)
+    rows = [results[i][0] for i in range(n_datasets)]
+    pred_hits = [results[i][1] for i in range(n_datasets) if results[i][1] is not None]
+    failed = n_datasets - len(pred_hits)
     table = pd.DataFrame(rows)
     in_cols = [c for c in table.columns if c.startswith("in_")]
     fitted = table.dropna(subset=in_cols) if in_cols else table.iloc[:0]

@@ -354,8 +354,10 @@ def _source_tree_script(*parts) -> Path:
 def cmd_train(args) -> int:
     # training/ is a separate package (DESIGN.md rule 7): run it as its own process.
     cmd = [sys.executable, "-m", "training", "sweep", args.config, "--workers", str(args.workers)]
-    if args.export:
-        cmd += ["--export", args.export]
+    for flag, value in (("--executor", args.executor), ("--ray-address", args.ray_address),
+                        ("--out-dir", args.out_dir), ("--export", args.export)):
+        if value is not None:
+            cmd += [flag, value]
     return subprocess.call(cmd)
 
 
@@ -501,6 +503,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("train", help="run or resume a training sweep from a TOML config")
     s.add_argument("config", help="sweep config, e.g. training/configs/ptpp.toml")
     s.add_argument("--workers", type=int, default=1, help="independent runs in parallel")
+    s.add_argument("--executor", choices=("serial", "local", "ray"),
+                   help="where runs execute: serial, local (--workers processes) or ray "
+                        "(default: serial for --workers 1, else local)")
+    s.add_argument("--ray-address", help="Ray cluster to join ('auto'); none: start one here")
+    s.add_argument("--out-dir", help="override the config's out_dir (on a cluster: a path every "
+                                     "node reads)")
     s.add_argument("--export", help="also write the loss table to this CSV at the end")
     s.set_defaults(func=cmd_train)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from scaleout import KINDS, ScaleoutError
+
 from . import sweep
 from .config import ConfigError
 from .kinds import family
@@ -17,7 +19,13 @@ def main(argv: list[str] | None = None) -> int:
     sw = sub.add_parser("sweep", help="run or resume the sweep of a TOML config")
     sw.add_argument("config")
     sw.add_argument("--workers", type=int, default=1, help="parallel local jobs (default 1)")
-    sw.add_argument("--out-dir", default=None, help="override the config's out_dir")
+    sw.add_argument("--executor", choices=KINDS, default=None,
+                    help="where jobs run: serial (this process), local (--workers processes) or "
+                         "ray (a cluster; default: serial for --workers 1, else local)")
+    sw.add_argument("--ray-address", default=None,
+                    help="Ray cluster to join ('auto' or ray://host:10001); none: start one here")
+    sw.add_argument("--out-dir", default=None,
+                    help="override the config's out_dir (on a cluster: a path every node reads)")
     sw.add_argument("--export", default=None, help="also write the table to this CSV at the end")
     ex = sub.add_parser("export", help="write a results store to a CSV loss table")
     ex.add_argument("store")
@@ -28,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.cmd == "sweep":
-            store = sweep.run_sweep(args.config, args.workers, args.out_dir)
+            store = sweep.run_sweep(args.config, args.workers, args.out_dir, args.executor,
+                                    ray_address=args.ray_address)
             if args.export:
                 print(f"{export(store, args.export)} rows -> {args.export}")
         elif args.cmd == "export":
@@ -42,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{len(jobs)} jobs, {sum(map(sweep.job_tokens, jobs)):,d} training tokens")
             if jobs and family(cfg).summary is not None:
                 print(family(cfg).summary(jobs))
-    except (ConfigError, FileNotFoundError) as e:
+    except (ConfigError, ScaleoutError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted; the same command resumes the sweep", file=sys.stderr)
+        return 130
     return 0

@@ -7,24 +7,26 @@ its spec, run by its job kind, and appends its evaluations to the SQLite store
 evaluations and resumes unfinished jobs from their last trunk checkpoint.
 
 Execution goes through one seam, :func:`execute`: the pending jobs, a callable that runs one job,
-and a backend (``slots``, ``submit(fn, job) -> Future``, ``shutdown()``). ``InlineBackend`` runs
-jobs in the calling process, ``LocalBackend`` in local worker processes; another backend (e.g. a
-cluster queue) only needs the same three members and a filesystem shared with the store.
+and a ``scaleout`` executor: this process (``--workers 1``), a pool of local worker processes
+(``--workers N``) or a Ray cluster (``--executor ray``), whose nodes share the filesystem that
+holds the store and the checkpoints. A job whose worker process dies is run again (it resumes
+from its checkpoint; rows already recorded are not written twice).
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import functools
 import json
-import multiprocessing as mp
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
+
+from scaleout import get_executor
 
 from . import corpora
 from .config import ConfigError, read_toml
@@ -53,85 +55,55 @@ def run_job(spec: dict, store_path: str, ckpt_dir: str) -> str:
     return job_kind(spec).run(spec, store_path, ckpt_dir)
 
 
-# ----------------------------------------------------------------------------- backends
+# ----------------------------------------------------------------------------- execution
 
 def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-class InlineBackend:
-    """Runs each job in the calling process, one at a time (``--workers 1``)."""
-
-    slots = 1
-
-    def submit(self, fn, job: dict) -> cf.Future:
-        fut: cf.Future = cf.Future()
-        try:
-            fut.set_result(fn(job))
-        except BaseException as e:  # noqa: BLE001 - handed to the caller through the future
-            fut.set_exception(e)
-        return fut
-
-    def shutdown(self) -> None:
-        pass
-
-
-class LocalBackend:
-    """Runs jobs in ``workers`` local processes, splitting the CPU cores between them."""
-
-    def __init__(self, workers: int):
-        if workers < 1:
-            raise ConfigError(f"--workers must be >= 1, got {workers}")
+def executor_for(workers: int = 1, executor=None, ray_address: str | None = None):
+    """The executor that runs a sweep's jobs: ``executor`` (``"serial"``, ``"local"``, ``"ray"``
+    or an object with ``map``) or, by default, this process for ``workers == 1`` and otherwise a
+    pool of ``workers`` local processes splitting the CPU cores between them. ``ray_address``
+    (``"auto"``) joins a running Ray cluster; without it ``"ray"`` starts a local one."""
+    if workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
+    executor = executor or ("serial" if workers == 1 else "local")
+    if executor == "local":
         threads = max(1, (os.cpu_count() or 1) // workers)
-        self.pool = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
-                                           initializer=_init_worker, initargs=(threads,))
-        self.slots = workers
+        return get_executor("local", workers=workers, initializer=_init_worker,
+                            initargs=(threads,))
+    return get_executor(executor, address=ray_address)
 
-    def submit(self, fn, job: dict) -> cf.Future:
-        return self.pool.submit(fn, job)
 
-    def shutdown(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+def execute(pending: list[dict], run_one: Callable[[dict], str], executor,
+            finished: set[str] | None = None,
+            on_done: Callable[[dict], None] = lambda job: None) -> None:
+    """Run every job of ``pending`` on ``executor`` (a ``scaleout`` executor), each once the jobs
+    of its ``deps`` are finished (in ``finished`` or run here): in waves, each wave every job whose
+    deps are done, in list order. ``run_one(job)`` must be picklable for process and cluster
+    executors; a job's failure is raised here. ``on_done(job)`` is called after each job. The
+    executor is closed on return (also on Ctrl-C, which stops its workers)."""
+    finished = set(finished or ())
+    todo = list(pending)
+    with executor:
+        while todo:
+            ready = [j for j in todo if all(d in finished for d in j["deps"])]
+            if not ready:
+                raise RuntimeError(f"jobs {[j['id'] for j in todo]} wait on unfinished deps")
+            for i, _ in executor.submit_iter(run_one, ready):
+                finished.add(ready[i]["id"])
+                on_done(ready[i])
+            todo = [j for j in todo if j["id"] not in finished]
 
 
 # ----------------------------------------------------------------------------- driver
 
-def execute(pending: list[dict], run_one: Callable[[dict], str], backend,
-            finished: set[str] | None = None,
-            on_done: Callable[[dict], None] = lambda job: None) -> None:
-    """Run every job of ``pending`` on ``backend``, each once the jobs of its ``deps`` are
-    finished (in ``finished`` or run here), at most ``backend.slots`` at a time, in list order
-    among the ready ones. ``run_one(job)`` must be picklable for process backends; a job's
-    failure is raised here. ``on_done(job)`` is called after each job and at least every 10 s
-    with ``None`` (for progress). The backend is shut down on return."""
-    finished = set(finished or ())
-    todo = list(pending)
-    running: dict[cf.Future, dict] = {}
-    try:
-        while todo or running:
-            for j in list(todo):
-                if len(running) >= backend.slots:
-                    break
-                if all(d in finished for d in j["deps"]):
-                    running[backend.submit(run_one, j)] = j
-                    todo.remove(j)
-            if not running:
-                raise RuntimeError(f"jobs {[j['id'] for j in todo]} wait on unfinished deps")
-            done, _ = cf.wait(running, timeout=10, return_when=cf.FIRST_COMPLETED)
-            for fut in done:
-                j = running.pop(fut)
-                fut.result()  # re-raise a job's failure here
-                finished.add(j["id"])
-                on_done(j)
-            if not done:
-                on_done(None)
-    finally:
-        backend.shutdown()
-
-
 def run_sweep(config: str | Path, workers: int = 1, out_dir: str | None = None,
-              backend=None, progress: bool = True) -> Path:
-    """Run (or resume) the sweep of a config; returns the results store path."""
+              executor=None, progress: bool = True, ray_address: str | None = None) -> Path:
+    """Run (or resume) the sweep of a config; returns the results store path. ``executor`` and
+    ``ray_address``: see :func:`executor_for`. On a cluster ``out_dir`` must be a path every node
+    reads and writes (the store and the checkpoints live there)."""
     cfg = load_config(config, out_dir)
     fam = family(cfg)
     out = Path(cfg["out_dir"])
@@ -145,8 +117,7 @@ def run_sweep(config: str | Path, workers: int = 1, out_dir: str | None = None,
     store.set_meta("table", fam.table)
     store.claim(jobs)
     finished = set(store.finished())
-    if backend is None:
-        backend = InlineBackend() if workers == 1 else LocalBackend(workers)
+    executor = executor_for(workers, executor, ray_address)
     total = sum(job_tokens(j) for j in jobs)
     bar = tqdm(total=total, initial=min(total, store.progress()), unit="tok", unit_scale=True,
                disable=not progress, mininterval=1 if sys.stderr.isatty() else 60,
@@ -157,10 +128,18 @@ def run_sweep(config: str | Path, workers: int = 1, out_dir: str | None = None,
             bar.write(f"{time.strftime('%H:%M:%S')} done {job['id']}")
         bar.update(max(0, min(total, store.progress()) - bar.n))
 
+    ticking = threading.Event()
+
+    def tick():  # progress of running jobs (they record it in the store every 5 s)
+        while not ticking.wait(10):
+            on_done(None)
+
+    threading.Thread(target=tick, daemon=True).start()
     try:
         execute([j for j in jobs if j["id"] not in finished],
                 functools.partial(run_job, store_path=str(store_path), ckpt_dir=str(out / "ckpt")),
-                backend, finished, on_done)
+                executor, finished, on_done)
     finally:
+        ticking.set()
         bar.close()
     return store_path

@@ -1,0 +1,105 @@
+"""Executors on this machine: in-process, and a process pool that re-runs the jobs of a worker
+that died."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+import signal
+from concurrent.futures.process import BrokenProcessPool
+
+from .base import Executor, ScaleoutError, WorkerDiedError
+
+
+class SerialExecutor(Executor):
+    """Runs every job in the calling process, one after another."""
+
+    def map(self, fn, items):
+        return [fn(x) for x in items]
+
+
+def _start_worker(initializer, initargs) -> None:
+    # Ctrl-C reaches the whole process group; only the parent reacts to it and stops the workers,
+    # so a worker never prints a KeyboardInterrupt traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if initializer is not None:
+        initializer(*initargs)
+
+
+class LocalExecutor(Executor):
+    """A pool of ``workers`` spawned processes. When a worker process dies (killed, out of memory)
+    the pool breaks; it is replaced and every job that had not returned is submitted again, each
+    at most ``max_retries`` times. ``initializer(*initargs)`` runs once in each worker."""
+
+    def __init__(self, workers: int | None = None, *, max_retries: int = 3, initializer=None,
+                 initargs=()):
+        workers = (os.cpu_count() or 1) if workers is None else workers
+        if workers < 1:
+            raise ScaleoutError(f"workers must be >= 1, got {workers} (e.g. --workers 2)")
+        self.workers, self.max_retries = int(workers), int(max_retries)
+        self.initializer, self.initargs = initializer, tuple(initargs)
+        self.pool: cf.ProcessPoolExecutor | None = None
+
+    def _pool(self) -> cf.ProcessPoolExecutor:
+        if self.pool is None:
+            self.pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
+                                               initializer=_start_worker,
+                                               initargs=(self.initializer, self.initargs))
+        return self.pool
+
+    def submit_iter(self, fn, items):
+        items = list(items)
+        attempts = [0] * len(items)
+        pending = {self._pool().submit(fn, x): i for i, x in enumerate(items)}
+        try:
+            while pending:
+                done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+                broken = []
+                for fut in done:
+                    i = pending.pop(fut)
+                    try:
+                        result = fut.result()
+                    except BrokenProcessPool:
+                        broken.append(i)
+                        continue
+                    yield i, result
+                if broken:
+                    # every job still in the broken pool fails too: run them all again
+                    broken += [pending[f] for f in pending]
+                    self._discard_pool()
+                    pending = {}
+                    for i in sorted(broken):
+                        attempts[i] += 1
+                        if attempts[i] > self.max_retries:
+                            raise WorkerDiedError(
+                                f"job {i} lost its worker process {attempts[i]} times; giving up "
+                                f"(max_retries={self.max_retries}). If workers die at start, "
+                                "guard the script's code with `if __name__ == '__main__':`")
+                        pending[self._pool().submit(fn, items[i])] = i
+        except BaseException:
+            self._discard_pool()
+            raise
+
+    def _discard_pool(self) -> None:
+        """Stop the pool now: cancel queued jobs, end running ones and reap their processes."""
+        pool, self.pool = self.pool, None
+        if pool is None:
+            return
+        # the pool offers no public way to end running jobs (Python < 3.14): end its processes
+        procs = list((pool._processes or {}).values())
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
+    def __exit__(self, exc_type, *exc) -> None:
+        # leaving on an error or Ctrl-C stops running jobs rather than waiting for them
+        if exc_type is None:
+            self.close()
+        else:
+            self._discard_pool()

@@ -1,0 +1,68 @@
+"""Jobs as Ray tasks: on a running cluster (``address="auto"`` or ``"ray://head:10001"``) or on a
+local cluster started for the executor's lifetime (``address=None``)."""
+from __future__ import annotations
+
+import os
+
+import ray
+from ray.exceptions import WorkerCrashedError
+
+from .base import Executor, ScaleoutError, WorkerDiedError
+
+
+def call(fn, x):
+    """One job: ``fn(x)`` (``fn`` arrives resolved from the object store)."""
+    return fn(x)
+
+
+class RayExecutor(Executor):
+    """Each item is one Ray task of ``cpus_per_job`` CPUs, run again up to ``max_retries`` times
+    when its worker process dies (Ray's ``max_retries``; exceptions raised by the job are not
+    retried). A Ray runtime already started in this process is used and left running."""
+
+    def __init__(self, address: str | None = None, *, max_retries: int = 3, num_cpus=None,
+                 cpus_per_job: float = 1, runtime_env: dict | None = None):
+        self.max_retries, self.cpus_per_job = int(max_retries), cpus_per_job
+        self.pending: list = []
+        self.owns_runtime = not ray.is_initialized()
+        if self.owns_runtime:
+            if address is None:
+                num_cpus = num_cpus or os.cpu_count()
+            try:
+                ray.init(address=address, num_cpus=num_cpus, runtime_env=runtime_env,
+                         include_dashboard=False, log_to_driver=True,
+                         configure_logging=False)
+            except ConnectionError as e:
+                raise ScaleoutError(f"no Ray cluster at address {address!r} ({e}); start one "
+                                    "with `ray start --head` or leave the address out to start a "
+                                    "local cluster") from e
+
+    def submit_iter(self, fn, items):
+        task = ray.remote(num_cpus=self.cpus_per_job, max_retries=self.max_retries)(call)
+        fn_ref = ray.put(fn)  # shipped once, whatever callable it is (e.g. functools.partial)
+        refs = [task.remote(fn_ref, x) for x in items]
+        index = {ref: i for i, ref in enumerate(refs)}
+        pending = self.pending = list(refs)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                self.pending = pending
+                for ref in done:
+                    try:
+                        result = ray.get(ref)
+                    except WorkerCrashedError as e:
+                        raise WorkerDiedError(
+                            f"job {index[ref]} lost its worker process {self.max_retries + 1} "
+                            f"times; giving up (max_retries={self.max_retries})") from e
+                    yield index[ref], result
+        finally:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            self.pending = []
+
+    def close(self) -> None:
+        for ref in self.pending:  # jobs left running by an error or Ctrl-C in the caller
+            ray.cancel(ref, force=True)
+        self.pending = []
+        if self.owns_runtime and ray.is_initialized():
+            ray.shutdown()
