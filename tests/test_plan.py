@@ -530,7 +530,9 @@ def test_plan_command_refuses_extrapolation_and_wrong_laws(tmp_path, capsys):
             str(TAU), "--source-base", str(L0)]
     assert cli_main(args) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: the plan lies outside the data") and "Traceback" not in err
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in err
+    assert errors[0].startswith("error: the plan lies outside the data")
     assert "model size N = 1e+05 is 2x above the target fit's range [2e+04, 5e+04]" in err
     assert "--allow-extrapolation" in err
     assert cli_main(args + ["--allow-extrapolation"]) == 0
