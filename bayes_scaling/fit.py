@@ -474,21 +474,26 @@ def fit_two_phase(law, df, *, base_law="chinchilla", phase1=None, delta, n_start
 
     Phase 1 fits ``base_law`` (Chinchilla: A, B, alpha, beta, E) on the rows selected by ``phase1``
     (a boolean mask or a callable ``df -> mask``; the paper uses monolingual r = 1, k <= 4,
-    single-stage rows). Phase 2 fixes the shared parameters at their phase-1 values and fits the
-    rest of ``law`` on all of ``df``.
+    single-stage rows), or on ``phase1`` itself when it is a DataFrame (phase-1 rows from outside
+    ``df``, as in the paper's setting (d), whose own rows are all multilingual). Phase 2 fixes the
+    shared parameters at their phase-1 values and fits the rest of ``law`` on all of ``df``.
 
     Returns:
         (phase-2 MapFit, phase-1 MapFit)
     """
     law, base = get_law(law), get_law(base_law)
-    mask = np.ones(len(df), bool) if phase1 is None else (phase1(df) if callable(phase1) else phase1)
-    mask = np.asarray(mask, bool)
-    fit1 = fit_map(base, df[mask], delta=delta, n_starts=n_starts, seed=seed, method=method, **kw)
+    if isinstance(phase1, pd.DataFrame):
+        rows1 = phase1
+    else:
+        mask = np.ones(len(df), bool) if phase1 is None else (
+            phase1(df) if callable(phase1) else phase1)
+        rows1 = df[np.asarray(mask, bool)]
+    fit1 = fit_map(base, rows1, delta=delta, n_starts=n_starts, seed=seed, method=method, **kw)
     shared = {k: v for k, v in fit1.params.items() if k in law.param_names}
     if not shared:
         raise FitError(f"{law.name} shares no parameter names with {base.name}")
     fit2 = fit_map(law, df, delta=delta, n_starts=n_starts, seed=seed + 1, fixed=shared,
                    method=method, **kw)
-    fit2.settings["two_phase"] = {"base_law": base.name, "phase1_rows": int(mask.sum()),
+    fit2.settings["two_phase"] = {"base_law": base.name, "phase1_rows": len(rows1),
                                   "phase1_objective": fit1.objective}
     return fit2, fit1
