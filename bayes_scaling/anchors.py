@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import BayesScalingError
-from .plan import ParamDraws, as_draws, predict_draws
+from .predictive import ParamDraws, as_draws, predict_draws
 
 __all__ = ["select", "candidate_cost"]
 
@@ -108,7 +108,7 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
       (the mean effective sample size is reported in ``df.attrs["ess"]``).
 
     Args:
-        posterior: ``Posterior`` (``predict_draws``), or :class:`~bayes_scaling.plan.ParamDraws`.
+        posterior: ``Posterior`` (``predict_draws``), or :class:`~bayes_scaling.predictive.ParamDraws`.
         candidates: candidate runs (the law's columns, plus whatever the cost needs).
         budget: total cost allowed (same unit as ``cost``).
         cost: ``"6ND"``, a column name, an array or a callable (:func:`candidate_cost`).

@@ -13,8 +13,9 @@ from conftest import form3_grid, simulate
 from scipy.stats import norm
 
 import bayes_scaling as bs
-import bayes_scaling.fit as bs_fit
 from bayes_scaling import evaluate as ev
+
+HOLDOUT_POSTERIOR = "bayes_scaling.evaluate.holdout.fit_posterior"  # replaced by stubs below
 
 # --------------------------------------------------------------------------------------------------
 # Probabilistic metrics: hand-computed values and closed forms
@@ -119,7 +120,8 @@ def stub_fits(monkeypatch):
         calls.append((law.name, df.copy()))
         return StubFit(law, {k: truth[k] for k in law.param_names}, df)
 
-    monkeypatch.setattr(bs_fit, "fit_map", fake_fit_map)
+    for module in ("holdout", "splits"):
+        monkeypatch.setattr(f"bayes_scaling.evaluate.{module}.fit_map", fake_fit_map)
     return calls
 
 
@@ -213,8 +215,6 @@ class StubPosterior:
 
 
 def test_posterior_path_adds_probabilistic_metrics(stub_fits, two_domain_table, monkeypatch):
-    import bayes_scaling.bayes as bayes_mod
-
     truth = bs.laws.get("ptpp_gated_floor").example
     seen = []
 
@@ -223,7 +223,7 @@ def test_posterior_path_adds_probabilistic_metrics(stub_fits, two_domain_table, 
         seen.append((law.name, len(df), kw))
         return StubPosterior(law, {k: truth[k] for k in law.param_names}, 0.003, kw["seed"])
 
-    monkeypatch.setattr(bayes_mod, "fit_posterior", fake_posterior, raising=False)
+    monkeypatch.setattr(HOLDOUT_POSTERIOR, fake_posterior)
     res = ev.ptpp_holdout(["ptpp_gated_floor"], two_domain_table, domain="target",
                           anchors="paper", bayes={"method": "laplace"}, seed=3)
     post = res.table[res.table.fit == "posterior"].set_index("label")
@@ -271,12 +271,9 @@ def test_posterior_loglik_uses_the_posteriors_likelihood():
 
 def test_holdout_lpd_comes_from_the_likelihood_when_available(stub_fits, two_domain_table,
                                                               monkeypatch):
-    import bayes_scaling.bayes as bayes_mod
-
     truth = bs.laws.get("ptpp_gated_floor").example
-    monkeypatch.setattr(bayes_mod, "fit_posterior", lambda law, df, **kw: SettingsPosterior(
-        bs.laws.get(law), {k: truth[k] for k in bs.laws.get(law).param_names}, 0.003, 0),
-        raising=False)
+    monkeypatch.setattr(HOLDOUT_POSTERIOR, lambda law, df, **kw: SettingsPosterior(
+        bs.laws.get(law), {k: truth[k] for k in bs.laws.get(law).param_names}, 0.003, 0))
     res = ev.ptpp_holdout(["ptpp_gated_floor"], two_domain_table, domain="target", bayes=True,
                           baselines=())
     post = res.table[res.table.fit == "posterior"].iloc[0]

@@ -4,6 +4,7 @@ Synthetic problems with closed-form constraint boundaries: the D-CPT law with C 
 target gives L_tgt <= tau  <=>  D >= (B r^nu / (tau - E - A/N^alpha))^(1/beta); for the source,
 Delta L_src <= delta  <=>  D >= (B r^nu / (L0 + delta - E - A/N^alpha - C/(r+eps)^gamma))^(1/beta).
 """
+import importlib
 import json
 import math
 
@@ -24,6 +25,7 @@ SRC_X = dict(E=0.9, A=40.0, alpha=0.35, B=30.0, beta=0.3, nu=0.0, C=0.02, gamma=
 # nu > 0: the forgetting boundary has an interior minimum in r, which is the optimum
 SRC_I = dict(E=1.0, A=40.0, alpha=0.35, B=100.0, beta=0.3, nu=0.2, C=0.02, gamma=0.5)
 DCPT = bs.laws.get("dcpt")
+RECIPE_MODULE = importlib.import_module("bayes_scaling.plan.recipe")  # the module, not the function
 
 
 def point(params):
@@ -335,7 +337,7 @@ def test_recipe_optimum_beats_dense_random_search():
     law = one("m3", TABLE13["id"])
     C, D_T = 1e18 / 16, 5.8316 * 1e18 ** 0.4757 / 32
     rc = P.recipe(law, C=C, D_T=D_T, approaches=("multi_2stage",))
-    fn = P._recipe_fn(law.law, "multi_2stage", False)
+    fn = RECIPE_MODULE._recipe_fn(law.law, "multi_2stage", False)
     rng = np.random.default_rng(0)
     n = 200_000
     u = np.stack([rng.uniform(np.log(1e-6), np.log(1e4), n), rng.uniform(np.log(1e-3), 0, n),

@@ -1,0 +1,246 @@
+"""Probabilistic metrics for posteriors: pure functions of predictive draws ``(S, n)`` and
+observations ``(n,)`` (coverage, interval width, CRPS, log predictive density), and a posterior's
+held-out predictions and log-likelihood."""
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..errors import BayesScalingError, DataError, FitError
+
+__all__ = ["central_interval", "coverage", "crps", "crps_gaussian", "crps_samples",
+           "interval_width", "log_predictive_density", "lpd_kde", "posterior_loglik",
+           "posterior_predictions", "probabilistic_scores"]
+
+
+def _draws_obs(draws, y):
+    draws = np.asarray(draws, dtype=float)
+    y = np.asarray(y, dtype=float).ravel()
+    if draws.ndim == 1:
+        draws = draws[:, None]
+    if draws.ndim != 2 or draws.shape[1] != y.size:
+        raise DataError(f"draws must have shape (S, n) with n = {y.size} observations; "
+                        f"got {draws.shape}")
+    if draws.shape[0] < 2:
+        raise DataError(f"need at least 2 draws per observation, got {draws.shape[0]}")
+    if not (np.all(np.isfinite(draws)) and np.all(np.isfinite(y))):
+        raise DataError("draws and observations must be finite; drop the non-finite draws first")
+    return draws, y
+
+
+def central_interval(draws, level=0.9):
+    """(lower, upper) per column: the empirical ``(1-level)/2`` and ``(1+level)/2`` quantiles."""
+    if not 0 < level < 1:
+        raise BayesScalingError(f"interval level must be in (0, 1), got {level}")
+    draws = np.asarray(draws, dtype=float)
+    q = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
+    return q[0], q[1]
+
+
+def coverage(draws, y, level=0.9) -> float:
+    """Fraction of observations inside the central ``level`` interval of their predictive draws.
+
+    Args:
+        draws: ``(S, n)`` posterior predictive draws (one column per observation).
+        y: ``(n,)`` observations.
+        level: nominal coverage of the central interval (0.5, 0.9, ...).
+
+    Returns:
+        The empirical coverage in [0, 1]; a calibrated forecast has coverage close to ``level``.
+    """
+    draws, y = _draws_obs(draws, y)
+    lo, hi = central_interval(draws, level)
+    return float(np.mean((y >= lo) & (y <= hi)))
+
+
+def interval_width(draws, y=None, level=0.9, relative=True) -> float:
+    """Mean width of the central ``level`` interval, divided by ``y`` when ``relative``."""
+    draws = np.asarray(draws, dtype=float)
+    lo, hi = central_interval(draws, level)
+    w = hi - lo
+    if relative:
+        if y is None:
+            raise BayesScalingError("a relative width needs the observations y")
+        w = w / np.asarray(y, dtype=float).ravel()
+    return float(np.mean(w))
+
+
+def crps_samples(draws, y) -> np.ndarray:
+    """CRPS of every observation from predictive samples (the energy form, on the loss scale).
+
+    ``CRPS(F, y) = E|X - y| - E|X - X'| / 2`` with ``X, X' ~ F`` independent, estimated by the
+    V-statistic over the ``S`` draws of each column (Gneiting & Raftery 2007, Eq. 21). The spread
+    term uses the sorted draws, ``E|X - X'| = 2 / S^2 sum_i (2 i - S - 1) x_(i)``, so the cost is
+    ``O(S log S)`` per column. A point forecast (all draws equal) gives ``|x - y|``: CRPS is in the
+    units of the loss and generalises the absolute error.
+
+    Returns:
+        ``(n,)`` array of CRPS values (lower is better).
+    """
+    draws, y = _draws_obs(draws, y)
+    s = draws.shape[0]
+    x = np.sort(draws, axis=0)
+    w = (2.0 * np.arange(1, s + 1) - s - 1.0)[:, None]
+    spread = 2.0 * np.sum(w * x, axis=0) / s**2
+    return np.mean(np.abs(draws - y[None, :]), axis=0) - 0.5 * spread
+
+
+def crps(draws, y) -> float:
+    """Mean CRPS over observations (see :func:`crps_samples`)."""
+    return float(np.mean(crps_samples(draws, y)))
+
+
+def crps_gaussian(mu, sigma, y) -> np.ndarray:
+    """Closed-form CRPS of ``Normal(mu, sigma)`` at ``y`` (Gneiting & Raftery 2007, Eq. 5):
+    ``sigma (z (2 Phi(z) - 1) + 2 phi(z) - 1/sqrt(pi))``, ``z = (y - mu) / sigma``."""
+    from scipy.stats import norm
+
+    mu, sigma, y = (np.asarray(a, dtype=float) for a in (mu, sigma, y))
+    z = (y - mu) / sigma
+    return sigma * (z * (2 * norm.cdf(z) - 1) + 2 * norm.pdf(z) - 1 / math.sqrt(math.pi))
+
+
+def log_predictive_density(loglik) -> np.ndarray:
+    """Held-out log pointwise predictive density from log-likelihood draws.
+
+    ``lpd_i = log (1/S sum_s p(y_i | theta_s)) = logsumexp_s(loglik[s, i]) - log S``
+    (Vehtari, Gelman & Gabry 2017, Eq. 3, on held-out rows instead of the fitted ones).
+
+    Args:
+        loglik: ``(S, n)`` log-likelihood of each held-out observation under each posterior draw.
+
+    Returns:
+        ``(n,)`` array; sum it for the total or average it per row (higher is better).
+    """
+    from scipy.special import logsumexp
+
+    ll = np.asarray(loglik, dtype=float)
+    if ll.ndim != 2:
+        raise DataError(f"loglik must have shape (S, n), got {ll.shape}")
+    return logsumexp(ll, axis=0) - math.log(ll.shape[0])
+
+
+def lpd_kde(draws, y, log_scale=True) -> np.ndarray:
+    """Log predictive density of ``y`` estimated from predictive samples by a Gaussian kernel.
+
+    Used when the log-likelihood of new rows is not available. With ``log_scale`` (the default,
+    matching the likelihood of ``bayes_scaling.bayes``, which is on ``log L``) the density is that
+    of ``log y`` under the predictive draws of ``log L``; Silverman's bandwidth
+    ``0.9 min(sd, IQR/1.34) S^(-1/5)`` per column.
+
+    Returns:
+        ``(n,)`` array of log densities.
+    """
+    from scipy.special import logsumexp
+
+    draws, y = _draws_obs(draws, y)
+    if log_scale:
+        if np.any(draws <= 0) or np.any(y <= 0):
+            raise DataError("log-scale densities need positive draws and observations")
+        draws, y = np.log(draws), np.log(y)
+    s = draws.shape[0]
+    sd = draws.std(axis=0, ddof=1)
+    iqr = np.subtract(*np.quantile(draws, [0.75, 0.25], axis=0)) / 1.34
+    spread = np.where(iqr > 0, np.minimum(sd, iqr), sd)
+    h = 0.9 * np.maximum(spread, 1e-12) * s ** (-0.2)
+    z = (y[None, :] - draws) / h
+    logk = -0.5 * z**2 - np.log(h) - 0.5 * math.log(2 * math.pi)
+    return logsumexp(logk, axis=0) - math.log(s)
+
+
+def probabilistic_scores(draws, y, *, loglik=None, levels=(0.5, 0.9)) -> dict[str, float]:
+    """Every probabilistic metric at once.
+
+    Args:
+        draws: ``(S, n)`` posterior *predictive* draws of the loss (observation noise included).
+        y: ``(n,)`` observed losses.
+        loglik: optional ``(S, n)`` log-likelihood draws of ``log y``; when absent the log
+            predictive density is estimated from ``draws`` by :func:`lpd_kde`.
+        levels: interval levels to report coverage for.
+
+    Returns:
+        ``coverage50``, ``coverage90`` (one ``coverage<pct>`` per level), ``width90_rel`` (mean
+        90% interval width / y), ``crps`` (mean, loss units), ``lpd`` (mean per row, on ``log L``)
+        and ``lpd_source`` (``"loglik"`` or ``"kde"``).
+    """
+    draws, y = _draws_obs(draws, y)
+    out = {f"coverage{round(100 * lv)}": coverage(draws, y, lv) for lv in levels}
+    out["width90_rel"] = interval_width(draws, y, 0.9)
+    out["crps"] = crps(draws, y)
+    if loglik is not None:
+        out["lpd"] = float(np.mean(log_predictive_density(loglik)))
+        out["lpd_source"] = "loglik"
+    else:
+        out["lpd"] = float(np.mean(lpd_kde(draws, y)))
+        out["lpd_source"] = "kde"
+    return out
+
+
+def posterior_loglik(post, df, mean_draws=None, keep=None) -> np.ndarray:
+    """``(S, n)`` log-likelihood of each row's observed ``log loss`` under each posterior draw.
+
+    Uses the posterior's own likelihood (``post.settings["likelihood"]``: Huber with threshold
+    ``c``, Student-t with ``student_df`` degrees of freedom, or Normal) with each draw's scale
+    ``sigma`` (or the fixed ``settings["scale"]``), centred on ``log f(theta_s, x)`` from
+    ``post.predict_draws(df, kind="mean")``: the density the fit itself used, evaluated at rows it
+    did not see. Feed it to :func:`log_predictive_density`. ``keep``: boolean mask over the
+    posterior's draws that ``mean_draws`` was already reduced to.
+    """
+    from scipy import stats
+
+    from ..objective import huber_logpdf
+
+    st = post.settings
+    mean = np.asarray(post.predict_draws(df, kind="mean") if mean_draws is None else mean_draws,
+                      dtype=float)
+    draws = post.draws()
+    sigma = np.asarray(draws["sigma"], float) if "sigma" in draws else \
+        np.full(mean.shape[0], float(st["scale"]))
+    if keep is not None and "sigma" in draws:
+        sigma = sigma[np.asarray(keep, bool)]
+    if sigma.shape[0] != mean.shape[0]:
+        raise BayesScalingError(f"{sigma.shape[0]} scale draws for {mean.shape[0]} mean draws")
+    r = np.log(df["loss"].to_numpy(dtype=float))[None, :] - np.log(mean)
+    sig = sigma[:, None]
+    kind = st["likelihood"]
+    if kind == "huber":
+        return np.asarray(huber_logpdf(r, sig, float(st.get("c", 1.345))), dtype=float)
+    if kind == "student_t":
+        return stats.t.logpdf(r / sig, float(st.get("student_df", 4.0))) - np.log(sig)
+    if kind == "normal":
+        return stats.norm.logpdf(r, 0.0, sig)
+    raise BayesScalingError(f"unknown likelihood {kind!r} in the posterior's settings")
+
+
+def posterior_predictions(post, df, interval):
+    """(point, lower, upper, predictive draws, loglik or None, number of draws dropped) of a
+    posterior on ``df``; draws with a non-finite prediction on any row are dropped whole.
+
+    The log-likelihood draws come from :func:`posterior_loglik` when the posterior exposes its
+    draws and likelihood settings; otherwise ``None`` (the caller falls back to a kernel
+    estimate from the predictive draws).
+    """
+    pred_draws = np.asarray(post.predict_draws(df, kind="predictive"), dtype=float)
+    mean_draws = np.asarray(post.predict_draws(df, kind="mean"), dtype=float)
+    ok = np.all(np.isfinite(pred_draws), 1) & np.all(np.isfinite(mean_draws), 1)
+    n_bad = int((~ok).sum())
+    if n_bad == len(ok):
+        raise FitError(f"every posterior draw of {post.law.name} gives a non-finite prediction "
+                       "on these rows")
+    if n_bad:
+        # a draw whose law overflows somewhere on these rows is removed as a whole (never per
+        # row, which would bias the rows it fails on); the count goes into the results table
+        warnings.warn(f"{n_bad} of {len(ok)} posterior draws of {post.law.name} give non-finite "
+                      "predictions on these rows; they are left out of the intervals and scores "
+                      "(column nonfinite_draws)", RuntimeWarning, stacklevel=3)
+        pred_draws, mean_draws = pred_draws[ok], mean_draws[ok]
+    point = np.median(mean_draws, axis=0)
+    lo, hi = central_interval(pred_draws, interval)
+    loglik = None
+    if hasattr(post, "draws") and isinstance(getattr(post, "settings", None), Mapping) \
+            and "likelihood" in post.settings:
+        loglik = posterior_loglik(post, df, mean_draws, keep=ok)
+    return point, lo, hi, pred_draws, loglik, n_bad
