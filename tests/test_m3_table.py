@@ -58,6 +58,21 @@ def test_columns_and_factor_identities(table):
     np.testing.assert_allclose(multi.D_1 + multi.D_2, multi.D, rtol=1e-5)  # CSV: 6 digits
 
 
+def test_model_scale_is_the_papers_recomputed_from_the_configuration(table):
+    """M = 6 N_nonemb + 12 n_layer d_model S with S = 128 (M3 Table 4), recomputed from each row's
+    stored configuration; N_nonemb is the GPT-2 block count of that configuration (per layer
+    12 d^2 weights + 13 d biases and norms, plus the final norm's 2 d), so M is the paper's
+    72 n d^2 + 12 n d S plus the bias and norm terms. C = M D exactly (integers)."""
+    n, d = table.n_layer.astype(np.int64), table.d_model.astype(np.int64)
+    assert (table.N_nonemb == n * (12 * d * d + 13 * d) + 2 * d).all()
+    assert (table.M == 6 * table.N_nonemb + 12 * n * d * 128).all()
+    assert (table.M == 72 * n * d * d + 12 * n * d * 128 + 6 * (13 * n * d + 2 * d)).all()
+    assert (table.C == table.M * table.D).all()
+    # each model is 0-40% above its nominal M0 2^-f_M (the config's M_tolerance is 0.4)
+    ratio = table.M / table.M_nominal
+    assert ratio.between(1.0, 1.4).all(), ratio.describe()
+
+
 def _small_arabic_mono(pair, approach, f_M) -> bool:
     """The corner where more compute hurts (Findings): ar-en, monolingual, f_M >= 1."""
     return pair == "ar-en" and approach == "mono_1stage" and f_M >= 1

@@ -16,8 +16,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from training import m3, sweep
+from training.config import ConfigError, spec_hash
 from training.loop import EpochBatches, Mixture, Staged
-from training.model import Size, build, flops_per_token, param_counts
+from training.model import Size, build, param_counts
+from training.store import Store, export
+from training.tables import M3
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL = ROOT / "training" / "configs" / "m3.toml"
@@ -61,7 +64,7 @@ def test_factor_identities_hold_for_every_planned_job(full):
             counts[size] = param_counts(build(size, 0))
         n, n_ne = counts[size]
         assert (n, n_ne) == (j["N"], j["N_nonemb"])
-        assert j["M"] == flops_per_token(size, n_ne, head=False)
+        assert j["M"] == 6 * n_ne + 12 * size.n_layer * size.d_model * TOK  # M3 Table 4
         assert abs(j["M"] / (m["M0"] * 2.0 ** -j["f_M"]) - 1) <= m["M_tolerance"]
         r = Fraction(*j["r"])
         assert r == Fraction(1, 2 ** j["f_r"])
@@ -99,8 +102,8 @@ def test_grid_covers_every_approach_and_pair(full):
 def test_plan_is_deterministic(full):
     _, jobs = full
     again = sweep.plan(sweep.load_config(FULL))
-    assert [(j["id"], sweep.spec_hash(j)) for j in again] == \
-        [(j["id"], sweep.spec_hash(j)) for j in jobs]
+    assert [(j["id"], spec_hash(j)) for j in again] == \
+        [(j["id"], spec_hash(j)) for j in jobs]
     assert len({j["id"] for j in jobs}) == len(jobs)
 
 
@@ -227,7 +230,7 @@ def test_helper_is_never_repeated_and_fails_clearly(tmp_path):
     data = corpora.load(str(DATA))
     m3.check_corpora(jobs, data)
     data["en"] = {**data["en"], "train": data["en"]["train"][:1000]}
-    with pytest.raises(sweep.ConfigError, match="helper corpus 'en'.*repeated"):
+    with pytest.raises(ConfigError, match="helper corpus 'en'.*repeated"):
         m3.check_corpora(jobs, data)
 
 
@@ -241,9 +244,9 @@ def test_micro_m3_sweep_end_to_end(tmp_path, one_thread):
     out = tmp_path / "out"
     store = sweep.run_sweep(cfg_path, workers=1, out_dir=str(out), progress=False)
     csv = tmp_path / "bible_m3.csv"
-    assert sweep.export(store, csv) == n_rows
+    assert export(store, csv) == n_rows
     df = pd.read_csv(csv)
-    assert list(df.columns[:len(m3.CANONICAL)]) == m3.CANONICAL
+    assert list(df.columns[:len(M3)]) == M3
     assert len(df) == n_rows and not df.run_id.duplicated().any()
     assert set(df.approach) == set(m3.APPROACHES) and set(df.pair) == {"fr-en", "ar-en"}
     assert (df.loss > 0).all() and np.isfinite(df.loss).all() and np.isfinite(df.loss_helper).all()
@@ -263,13 +266,13 @@ def test_micro_m3_sweep_end_to_end(tmp_path, one_thread):
 
     # a restart has nothing to do and adds nothing
     sweep.run_sweep(cfg_path, workers=1, out_dir=str(out), progress=False)
-    assert len(sweep.Store(store).frame()) == n_rows
+    assert len(Store(store).frame()) == n_rows
 
     # an annealed branch of a one-stage trunk is the standalone run of that length
     trunk = next(j for j in jobs if j["n_stages"] == 1 and len(j["branches"]) > 1)
     alone = {**trunk, "id": trunk["id"] + "-alone", "branches": trunk["branches"][:1]}
     sweep.run_job(alone, str(tmp_path / "alone.sqlite"), str(tmp_path / "ckpt"))
-    got = sweep.Store(tmp_path / "alone.sqlite").frame().loss.iloc[0]
+    got = Store(tmp_path / "alone.sqlite").frame().loss.iloc[0]
     ref = df.set_index("run_id").loss[f"{trunk['id']}/fC{trunk['branches'][0]['f_C']}"]
     assert got == pytest.approx(ref, rel=1e-4)
     assert math.isfinite(got)

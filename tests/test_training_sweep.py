@@ -18,7 +18,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from training import sweep
+from training.config import ConfigError
 from training.loop import WSD, Batches, Mixture, branch_start
+from training.store import Store, export
+from training.tables import PTPP
 
 ROOT = Path(__file__).resolve().parents[1]
 MICRO = ROOT / "training" / "configs" / "micro.toml"
@@ -70,10 +73,10 @@ def test_batches_are_pure_and_follow_the_mixture():
 def test_bad_config_errors(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text(MICRO.read_text().replace("replay = [0.25, 0.5]", "replay = [0.0, 1.5]"))
-    with pytest.raises(sweep.ConfigError, match="replay"):
+    with pytest.raises(ConfigError, match="replay"):
         sweep.load_config(bad)
     bad.write_text("bogus = 1\n" + MICRO.read_text())
-    with pytest.raises(sweep.ConfigError, match="unknown keys"):
+    with pytest.raises(ConfigError, match="unknown keys"):
         sweep.load_config(bad)
 
 
@@ -85,7 +88,7 @@ def test_micro_sweep_end_to_end_and_resume(tmp_path):
     # reference: an uninterrupted run, in this process
     ref_out = tmp_path / "ref"
     sweep.run_sweep(cfg_path, workers=1, out_dir=str(ref_out), progress=False)
-    ref = sweep.Store(ref_out / "results.sqlite").frame()
+    ref = Store(ref_out / "results.sqlite").frame()
     assert len(ref) == n_rows and ref["run_id"].notna().all()
     assert (ref["loss"] > 0).all() and np.isfinite(ref["loss"]).all()
     pre = ref[ref.D == 0]
@@ -110,11 +113,11 @@ def test_micro_sweep_end_to_end_and_resume(tmp_path):
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    partial = len(sweep.Store(db).frame())
+    partial = len(Store(db).frame())
     assert 0 < partial < n_rows, "the kill should land mid-sweep"
 
     sweep.run_sweep(cfg_path, workers=1, out_dir=str(out), progress=False)
-    got = sweep.Store(db).frame()
+    got = Store(db).frame()
     assert len(got) == n_rows
     key = ["run_id", "D", "domain"]
     assert not got.duplicated(key).any()
@@ -125,19 +128,19 @@ def test_micro_sweep_end_to_end_and_resume(tmp_path):
 
     # a second restart has nothing to do and adds nothing
     sweep.run_sweep(cfg_path, workers=1, out_dir=str(out), progress=False)
-    assert len(sweep.Store(db).frame()) == n_rows
+    assert len(Store(db).frame()) == n_rows
 
     csv = tmp_path / "table.csv"
-    assert sweep.export(db, csv) == n_rows
+    assert export(db, csv) == n_rows
     table = pd.read_csv(csv)
-    assert list(table.columns[:8]) == sweep.CANONICAL
+    assert list(table.columns[:8]) == PTPP
 
 
 def test_store_refuses_changed_jobs_but_allows_a_trimmed_grid(tmp_path):
     cfg = sweep.load_config(_micro_config(tmp_path))
-    store = sweep.Store(tmp_path / "s.sqlite")
+    store = Store(tmp_path / "s.sqlite")
     store.claim(sweep.plan(cfg))
     trimmed = {**cfg, "sizes": {"t1": cfg["sizes"]["t1"]}}
     store.claim(sweep.plan(trimmed))  # same settings for the remaining jobs: fine
-    with pytest.raises(sweep.ConfigError, match="different settings"):
+    with pytest.raises(ConfigError, match="different settings"):
         store.claim(sweep.plan({**cfg, "batch_size": 8}))

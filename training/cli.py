@@ -4,6 +4,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import sweep
+from .config import ConfigError
+from .kinds import family
+from .store import export
+
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; ``argv`` excludes the program name. Returns a process exit code."""
@@ -21,24 +26,23 @@ def main(argv: list[str] | None = None) -> int:
     pl.add_argument("config")
     args = ap.parse_args(argv)
 
-    from . import sweep
     try:
         if args.cmd == "sweep":
             store = sweep.run_sweep(args.config, args.workers, args.out_dir)
             if args.export:
-                print(f"{sweep.export(store, args.export)} rows -> {args.export}")
+                print(f"{export(store, args.export)} rows -> {args.export}")
         elif args.cmd == "export":
-            print(f"{sweep.export(args.store, args.out)} rows -> {args.out}")
+            print(f"{export(args.store, args.out)} rows -> {args.out}")
         else:
-            jobs = sweep.plan(sweep.load_config(args.config))
+            cfg = sweep.load_config(args.config)
+            jobs = sweep.plan(cfg)
             for j in jobs:
                 print(f"{j['id']:40s} N_nonemb={j['N_nonemb']:>7d} "
                       f"tokens={sweep.job_tokens(j):>11,d}")
             print(f"{len(jobs)} jobs, {sum(map(sweep.job_tokens, jobs)):,d} training tokens")
-            if jobs and jobs[0]["kind"] == "m3":
-                from . import m3
-                print(m3.summary(jobs))
-    except (sweep.ConfigError, FileNotFoundError) as e:
+            if jobs and family(cfg).summary is not None:
+                print(family(cfg).summary(jobs))
+    except (ConfigError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -1,8 +1,9 @@
 """M3 runs: pre-training from scratch for a low-resource target language with a helper language.
 
 The small-scale analogue of Akimoto et al., *M3 Scaling Law* (arXiv 2410.12325), Section 2 and
-Appendix B. A config with an ``[m3]`` table (``training/configs/m3.toml``) plans one job kind,
-``m3``, through the same sweep runner and results store as the PTPP sweep (``training.sweep``).
+Appendix B. A config with an ``[m3]`` table (``training/configs/m3.toml``) is this sweep family
+(``training.kinds``): it plans one job kind, ``m3``, run through the same sweep driver
+(``training.sweep``) and results store as the PTPP sweep.
 
 **Factor parametrisation** (paper Section 2.3, Eq. 15). A setup is four integers
 ``(f_r, f_M, f_k, f_C)``::
@@ -13,8 +14,8 @@ Appendix B. A config with an ``[m3]`` table (``training/configs/m3.toml``) plans
 and ``M0 = C0 / D_T0``, so the total token count is ``D = C / M = 2^(f_M + f_C) D_T0`` and the
 target tokens seen are ``r D = k D_T`` (``D`` and ``D_T`` are exact: ``D_T0`` is a power of two
 and a multiple of the context). ``M`` is the model scale in non-embedding FLOPs per token,
-``training.model.flops_per_token(size, N_nonemb, head=False)`` (``6 N_nonemb + 6 n_layer
-context d_model``); each ``f_M`` is served by one model shape from the config whose actual ``M``
+``training.model.model_scale(size, N_nonemb)`` (``6 N_nonemb + 12 n_layer d_model S``, S = 128,
+the paper's Table 4); each ``f_M`` is served by one model shape from the config whose actual ``M``
 is within ``M_tolerance`` of the nominal ``M0 2^-f_M``. Rows report the actual ``M`` and
 ``C = M D`` (exactly ``M D``), with the nominal values beside them (``M_nominal``, ``C_nominal``)
 and the factors (``f_C``, ``f_D``: setups sharing them share the nominal ``(C, D_T)``).
@@ -57,6 +58,7 @@ language's held-out books (``loss``, nats per byte-token) and of the helper's (`
 """
 from __future__ import annotations
 
+import collections
 import math
 import time
 import zlib
@@ -64,27 +66,38 @@ from fractions import Fraction
 from itertools import pairwise, product
 from pathlib import Path
 
+from .config import ConfigError, check_common, merge_defaults, spec_settings
+from .loop import (
+    WSD,
+    EpochBatches,
+    Mixture,
+    Staged,
+    branch_start,
+    eval_windows,
+    evaluate,
+    run_branches,
+)
+from .model import CONTEXT, Size, build, model_scale, param_counts
+from .runner import finish, job_setup, load_corpora, resume, trunk_saver
+
+TABLE = "m3"
 APPROACHES = ("mono_1stage", "multi_1stage", "multi_2stage", "multi_3stage")
-CANONICAL = ["loss", "N", "N_nonemb", "M", "D", "D_T", "k", "r", "r_f", "r1", "r2", "n_stages",
-             "approach", "C", "pair", "target", "seed"]
 # paper Section 2.3 / Appendix B: candidate stage ratios
 R1_CANDIDATES = (Fraction(1, 2), Fraction(1, 4), Fraction(1, 8), Fraction(1, 16), Fraction(1, 32),
                  Fraction(0))
 R2_CANDIDATES = (Fraction(1, 4), Fraction(1, 2), Fraction(3, 4), Fraction(1))
 # Cost model of one single-threaded worker with a core to itself, in CPU seconds (measured on this
 # project's 2-core machine, see training/configs/m3.toml): an optimizer step of batch 16 x 128
-# costs STEP_SECONDS[0] + STEP_SECONDS[1] * n_layer + STEP_SECONDS[2] * M; evaluating one window
+# costs STEP_SECONDS[0] + STEP_SECONDS[1] * n_layer + STEP_SECONDS[2] * F, with F = 6 N_nonemb
+# + 6 n_layer d_model S the FLOPs per token it was measured against; evaluating one window
 # costs EVAL_STEP_FRACTION / batch_size of a step; each job has JOB_SECONDS of fixed overhead.
 # Used to order jobs (cheapest first) and for the estimate ``python -m training plan`` prints.
 STEP_SECONDS = (0.015, 0.006, 6.0e-8)
 EVAL_STEP_FRACTION = 1 / 3
 JOB_SECONDS = 2.0
 
-DEFAULTS = {
-    "name": None, "corpus": None, "out_dir": None, "seeds": [0], "attn": "sdpa",
-    "batch_size": 16, "eval_sequences": 256, "checkpoint_every": 200,
-    "cooldown_fraction": 0.2, "weight_decay": 0.1, "grad_clip": 1.0, "m3": None,
-}
+#: The config sections of this family, beside ``config.DEFAULTS``.
+SECTIONS = {"m3": None}
 M3_KEYS = {"pairs", "lr", "warmup_steps", "C0", "D_T0", "M0", "M_tolerance", "models",
            "one_stage", "two_stage", "three_stage"}
 RANGE_KEYS = ("f_C", "f_M", "f_r", "f_k", "f_D", "log2_D")
@@ -177,9 +190,7 @@ def realize(proportions, ratios, steps: int, batch_size: int, n_target: int) -> 
 
 def load_config(path: Path, raw: dict, out_dir: str | None = None) -> dict:
     """Validate an M3 sweep config (the ``[m3]`` table and the shared keys)."""
-    from .sweep import ConfigError, check_common, merge_defaults
-
-    cfg = merge_defaults(path, raw, DEFAULTS, out_dir, ("name", "corpus", "out_dir"))
+    cfg = merge_defaults(path, raw, SECTIONS, out_dir, ("name", "corpus", "out_dir"))
     check_common(cfg, path)
     m = cfg["m3"]
     if not isinstance(m, dict) or set(m) != M3_KEYS:
@@ -199,7 +210,6 @@ def load_config(path: Path, raw: dict, out_dir: str | None = None) -> dict:
                           f"languages, got {m['pairs']}")
     if not isinstance(m["warmup_steps"], int) or m["warmup_steps"] < 1 or m["lr"] <= 0:
         raise ConfigError("m3.warmup_steps must be a positive integer and m3.lr positive")
-    from .model import Size
     seen = set()
     for spec in m["models"]:
         if set(spec) != {"f_M", "n_layer", "d_model", "n_head"} or spec["f_M"] in seen:
@@ -232,11 +242,8 @@ def load_config(path: Path, raw: dict, out_dir: str | None = None) -> dict:
     for pt in m["three_stage"]:
         if set(pt) != {"f_C", "f_M", "f_r", "f_k", "r3", "r12"}:
             raise ConfigError(f"m3.three_stage entries need f_C, f_M, f_r, f_k, r3, r12; got {pt}")
-    cfg["_path"] = str(path)
-    jobs = plan(cfg)  # plan-time checks: shapes, divisibility, three-stage companions
-    if not jobs:
+    if not plan(cfg, where=str(path)):  # plan-time checks: shapes, divisibility, three-stage
         raise ConfigError(f"{path}: the M3 grid is empty")
-    del cfg["_path"]
     return cfg
 
 
@@ -266,15 +273,12 @@ def _in(v: int, rng: list[int]) -> bool:
 
 def _models(cfg: dict) -> dict[int, dict]:
     """``{f_M: shape and counts}``, each checked against its nominal M."""
-    from .model import Size, build, flops_per_token, param_counts
-    from .sweep import ConfigError
-
     m = cfg["m3"]
     out = {}
     for spec in m["models"]:
         size = Size(spec["n_layer"], spec["d_model"], spec["n_head"])
         n, n_ne = param_counts(build(size, 0))
-        M = round(flops_per_token(size, n_ne, head=False))  # an integer: exact in the CSV
+        M = model_scale(size, n_ne)  # an integer: exact in the CSV
         nominal = m["M0"] * 2.0 ** -spec["f_M"]
         if abs(M / nominal - 1) > m["M_tolerance"]:
             raise ConfigError(f"m3.models f_M={spec['f_M']}: M = {M:.0f} is more than "
@@ -304,20 +308,16 @@ def _stage_lr(table: list[list[int]], steps: int, lr: float, warmup: int, f: flo
     return out
 
 
-def plan(cfg: dict) -> list[dict]:
-    """All M3 job specs in execution order (``order_jobs``)."""
-    from .sweep import ConfigError
-
+def plan(cfg: dict, where: str = "config") -> list[dict]:
+    """All M3 job specs in execution order (``order_jobs``); ``where`` names the config in
+    errors."""
     m = cfg["m3"]
     C0, D_T0, M0 = m["C0"], m["D_T0"], m["M0"]
     models = _models(cfg)
-    B, S = cfg["batch_size"], 128
+    B, S = cfg["batch_size"], CONTEXT
     tok = B * S
     f = cfg["cooldown_fraction"]
-    where = cfg.get("_path", "config")
-    common = {k: cfg[k] for k in ("corpus", "attn", "batch_size", "eval_sequences",
-                                  "checkpoint_every", "cooldown_fraction", "weight_decay",
-                                  "grad_clip")}
+    common = spec_settings(cfg)
     common.update(kind="m3", lr=m["lr"], deps=[], C0=C0, D_T0=D_T0, M0=M0)
 
     def point(f_r, f_M, f_k, f_C, grid):
@@ -452,7 +452,6 @@ def order_jobs(jobs: list[dict]) -> list[dict]:
 
 def job_steps(spec: dict) -> int:
     """Optimizer steps a job runs: the trunk plus every non-final cooldown branch."""
-    from .loop import branch_start
     b = [x["steps"] for x in spec["branches"]]
     if spec["n_stages"] > 1:
         return b[-1]
@@ -460,20 +459,20 @@ def job_steps(spec: dict) -> int:
 
 
 def job_tokens(spec: dict) -> int:
-    return job_steps(spec) * spec["batch_size"] * 128
+    return job_steps(spec) * spec["batch_size"] * CONTEXT
 
 
 def estimate_seconds(spec: dict) -> float:
     """Estimated CPU seconds of a job on one single-threaded worker (see ``STEP_SECONDS``)."""
     a, per_layer, b = STEP_SECONDS
-    step = a + per_layer * spec["n_layer"] + b * spec["M"]
+    flops = 6 * (spec["N_nonemb"] + spec["n_layer"] * spec["d_model"] * CONTEXT)
+    step = a + per_layer * spec["n_layer"] + b * flops
     evals = len(spec["branches"]) * 2 * spec["eval_sequences"]  # target + helper windows
     return (job_steps(spec) + evals * EVAL_STEP_FRACTION / spec["batch_size"]) * step + JOB_SECONDS
 
 
 def summary(jobs: list[dict]) -> str:
     """Runs (annealed points) and estimated CPU hours per pair and approach."""
-    import collections
     runs, cost = collections.Counter(), collections.Counter()
     for j in jobs:
         runs[(j["pair"], j["approach"])] += len(j["branches"])
@@ -499,9 +498,9 @@ def corpus_slices(spec: dict, data: dict):
 
 def make_batches(spec: dict, data: dict):
     """The job's ``EpochBatches`` (fails if the helper would repeat) and its ``Mixture``."""
-    from .loop import EpochBatches, Mixture
     target, helper = corpus_slices(spec, data)
-    batches = EpochBatches(target, helper, spec["stages"], spec["batch_size"], 128, spec["seed"],
+    batches = EpochBatches(target, helper, spec["stages"], spec["batch_size"], CONTEXT,
+                           spec["seed"],
                            salt=zlib.crc32(spec["pair"].encode()),
                            total_steps=spec["branches"][-1]["steps"],
                            names=(spec["target"], spec["helper"]))
@@ -512,7 +511,6 @@ def make_batches(spec: dict, data: dict):
 
 def check_corpora(jobs: list[dict], data: dict) -> None:
     """Before any worker starts: every job's target cut and helper budget fit the corpora."""
-    from .sweep import ConfigError
     for j in jobs:
         for lang in (j["target"], j["helper"]):
             if lang not in data or "train" not in data[lang] or "val" not in data[lang]:
@@ -523,23 +521,19 @@ def check_corpora(jobs: list[dict], data: dict) -> None:
             raise ConfigError(str(e)) from e
 
 
-def learning_rate(spec: dict):
-    from .loop import WSD, Staged
+def learning_rate(spec: dict) -> Staged:
+    """The job's learning rate: one WSD segment per stage (re-warmed at each boundary)."""
     return Staged(tuple((first, WSD(spec["lr"], w, ds, dn)) for first, w, ds, dn
                         in spec["lr_stages"]))
 
 
 # ----------------------------------------------------------------------------- one job
 
-def run_job(spec: dict, store_path: str, ckpt_dir: str, watch_parent: bool = False) -> str:
+def run_job(spec: dict, store_path: str, ckpt_dir: str) -> str:
     """Run one M3 job (resuming from its trunk checkpoint) and record one row per annealed point."""
-    from .loop import eval_windows, evaluate, run_branches
-    from .model import CONTEXT
-    from .sweep import _corpora, job_setup, resume, trunk_saver
-
     t0 = time.time()
-    store, ckpt, model, opt, on_step = job_setup(spec, store_path, ckpt_dir, watch_parent)
-    data = _corpora(spec["corpus"])
+    store, ckpt, model, opt, on_step = job_setup(spec, store_path, ckpt_dir, TABLE)
+    data = load_corpora(spec["corpus"])
     val = {k: v["val"] for k, v in data.items() if "val" in v}
     windows = {"loss": eval_windows(val, {spec["target"]: 1.0}, spec["eval_sequences"], CONTEXT),
                "loss_helper": eval_windows(val, {spec["helper"]: 1.0}, spec["eval_sequences"],
@@ -563,9 +557,7 @@ def run_job(spec: dict, store_path: str, ckpt_dir: str, watch_parent: bool = Fal
                  {s for s in by_steps if key[s] in done}, spec["checkpoint_every"],
                  spec["grad_clip"], on_step, branch_at=branch_at)
     trunk_path.unlink(missing_ok=True)
-    store.set_progress(spec["id"], job_tokens(spec))
-    store.finish(spec["id"], time.time() - t0)
-    return spec["id"]
+    return finish(store, spec, job_tokens(spec), t0)
 
 
 def _ratio(x) -> float:
@@ -586,7 +578,7 @@ def row(spec: dict, b: dict, losses: dict, wall: float) -> dict:
         D_1, D_2 = float(D), 0.0
     else:
         s = [_ratio(x) for x in spec["proportions"]]
-        D_2 = float((b["steps"] - table[-1][0]) * spec["batch_size"] * 128)
+        D_2 = float((b["steps"] - table[-1][0]) * spec["batch_size"] * CONTEXT)
         D_1 = D - D_2
     return {
         "loss": losses["loss"], "N": spec["N"], "N_nonemb": spec["N_nonemb"], "M": spec["M"],
@@ -603,16 +595,7 @@ def row(spec: dict, b: dict, losses: dict, wall: float) -> dict:
         "f_D": spec["f_D"], "C_nominal": b["C_nominal"], "M_nominal": b["M_nominal"],
         "run_id": f"{spec['id']}/fC{b['f_C']}", "job": spec["id"], "size": spec["size"],
         "n_layer": spec["n_layer"], "d_model": spec["d_model"], "n_head": spec["n_head"],
-        "steps": b["steps"], "batch_tokens": spec["batch_size"] * 128, "lr_peak": spec["lr"],
+        "steps": b["steps"], "batch_tokens": spec["batch_size"] * CONTEXT, "lr_peak": spec["lr"],
         "warmup_steps": spec["lr_stages"][0][1], "wall_seconds": round(wall, 1),
     }
 
-
-def frame(df):
-    """An M3 store's rows in table order: canonical columns first, then the rest."""
-    import pandas as pd
-    if df.empty:
-        return pd.DataFrame(columns=CANONICAL)
-    df = df[CANONICAL + [c for c in df.columns if c not in CANONICAL]]
-    return df.sort_values(["pair", "seed", "approach", "f_C", "f_D", "f_M", "r", "k", "run_id"]
-                          ).reset_index(drop=True)

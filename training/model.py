@@ -51,12 +51,17 @@ def param_counts(model: GPT2LMHeadModel) -> tuple[int, int]:
     return total, total - emb
 
 
-def flops_per_token(size: Size, n_nonemb: int, context: int = CONTEXT, head: bool = True) -> float:
-    """Training FLOPs per token: ``6 N_nonemb`` plus attention ``6 n_layer context d_model``
-    (Kaplan et al. 2020, forward ``2 n_layer context d`` times three for forward+backward),
-    plus the output projection ``6 d_model VOCAB`` unless ``head=False``.
+def flops_per_token(size: Size, n_nonemb: int, context: int = CONTEXT) -> float:
+    """Training FLOPs per token for throughput figures: ``6 N_nonemb`` plus attention
+    ``6 n_layer context d_model`` (Kaplan et al. 2020, Table 1: forward ``2 n_layer context d``,
+    times three for forward + backward) plus the output projection ``6 d_model VOCAB``."""
+    return 6.0 * (n_nonemb + size.n_layer * context * size.d_model + size.d_model * VOCAB)
 
-    ``head=False`` is the M3 paper's model scale ``M`` (non-embedding FLOPs per token; the paper's
-    ``72 n d^2 + 12 n d S`` for LLaMA blocks likewise leaves out the vocabulary projection)."""
-    flops = 6.0 * n_nonemb + 6.0 * size.n_layer * context * size.d_model
-    return flops + 6.0 * size.d_model * VOCAB if head else flops
+
+def model_scale(size: Size, n_nonemb: int, context: int = CONTEXT) -> int:
+    """The M3 paper's model scale ``M`` (non-embedding training FLOPs per token, M3 Table 4):
+    ``M = 6 N_nonemb + 12 n_layer d_model S`` with ``S`` the context length; for the paper's
+    LLaMA blocks this is its ``72 n d^2 + 12 n d S``. The attention term counts both the scores
+    and their weighted sum (``4 n_layer d S`` forward, times three); the vocabulary projection is
+    left out."""
+    return 6 * n_nonemb + 12 * size.n_layer * size.d_model * context
