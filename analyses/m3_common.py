@@ -56,6 +56,7 @@ LAWS: dict[str, tuple[str, str]] = {
     "M3 -Dual PL": ("m3_nodual", "two"),
     "M3 -g": ("m3_nog", "two"),
     "M3 + R_M*(k)": ("m3_rmk", "two"),
+    "M3 + R_M*(k) h_Lp": ("m3_rmk_hlp", "two"),
     "M3 h_Lp": ("m3_hlp", "two"),
     "M3 + gamma2(r1)": ("m3_r1", "two"),
     "D-CPT Law": ("dcpt_m3", "one"),
@@ -114,7 +115,8 @@ SETTINGS = {
                  ("Chinchilla", "He", "Muennighoff", "ATLAS", "Sedova", "M3"), SPLITS),
     "c": Setting("c", "(c) Multi-epoch only (monolingual, 1-stage)",
                  lambda d: (d["n_stages"] == 1) & (d["r"] >= 1),
-                 ("Muennighoff", "ATLAS", "Sedova", "M3 + R_M*(k)", "M3"), SPLITS_C),
+                 ("Muennighoff", "ATLAS", "Sedova", "M3 + R_M*(k)", "M3", "M3 + R_M*(k) h_Lp",
+                  "M3 h_Lp"), SPLITS_C),
     "d": Setting("d", "(d) Multi-lingual only (single-epoch, k = 1, r < 1, 1- and 2-stage)",
                  lambda d: (d["n_stages"] <= 2) & (d["k"] <= 1) & (d["r"] < 1),
                  ("He", "He + Dual PL", "Sedova", "M3", "M3 -Dual PL"), SPLITS_D,
@@ -127,13 +129,15 @@ SETTINGS = {
 }
 
 
-#: The paper's Avg column of Table 2 (and Table 14 for h_Lp), averaged over ja/id/sw, for reference.
+#: The paper's Avg column of Table 2 (and Table 14 for h_Lp, its monolingual rows in (c)), averaged
+#: over ja/id/sw, for reference.
 PAPER_AVG = {
     "a": {"Chinchilla": .19, "He": -.03, "Muennighoff": .25, "ATLAS": .35, "Sedova": .62,
           "M3": .67, "M3 -Dual PL": .60, "M3 -g": .48, "M3 h_Lp": .69},
     "b": {"Chinchilla": .13, "He": -.10, "Muennighoff": .35, "ATLAS": .43, "Sedova": .61,
           "M3": .72},
-    "c": {"Muennighoff": .75, "ATLAS": .68, "Sedova": .61, "M3 + R_M*(k)": .85, "M3": .75},
+    "c": {"Muennighoff": .75, "ATLAS": .68, "Sedova": .61, "M3 + R_M*(k)": .85, "M3": .75,
+          "M3 + R_M*(k) h_Lp": .85, "M3 h_Lp": .77},
     "d1": {"He": .26, "He + Dual PL": .85, "Sedova": .44, "M3": .85, "M3 -Dual PL": .33},
     "d2": {"He": .42, "He + Dual PL": .56, "Sedova": .75, "M3": .63, "M3 -Dual PL": .52},
     "d3": {"He": .34, "He + Dual PL": .70, "Sedova": .59, "M3": .74, "M3 -Dual PL": .42},
@@ -144,7 +148,8 @@ PAPER_AVG = {
 _NP = {"Chinchilla": 5, "He": 6, "He + Dual PL": 7, "Muennighoff": 7, "ATLAS": 7, "Sedova": 9,
        "M3": 11, "M3 -Dual PL": 10, "M3 -g": 9, "M3 h_Lp": 12, "M3 + gamma2(r1)": 13,
        "D-CPT Law": 8, "PTPP-F1": 10, "PTPP-F2": 10, "PTPP-F3": 12, "Zhang": 6}
-PAPER_NP = {"a": _NP, "b": _NP, "c": {**_NP, "M3": 7, "M3 + R_M*(k)": 9},
+PAPER_NP = {"a": _NP, "b": _NP,
+            "c": {**_NP, "M3": 7, "M3 + R_M*(k)": 9, "M3 + R_M*(k) h_Lp": 10, "M3 h_Lp": 8},
             "d": {**_NP, "M3": 8, "M3 -Dual PL": 7}, "d2o": _NP}
 
 

@@ -14,7 +14,8 @@ RTOL = 1e-12
 N = 300
 
 # name -> #P of the paper (Table 2 (a); Table 16)
-COUNTS = {"m3_nodual": 10, "m3_nog": 9, "m3_rmkr_nog": 12, "m3_rmkr": 14, "m3_rmk_g": 13}
+COUNTS = {"m3_nodual": 10, "m3_nog": 9, "m3_rmkr_nog": 12, "m3_rmkr": 14, "m3_rmk_g": 13,
+          "m3_rmk_hlp": 10}
 
 
 def law(name):
@@ -96,6 +97,17 @@ def test_table16_variants_nest():
     for name in ("m3_rmkr", "m3_rmk_g", "m3_rmkr_nog"):
         lw = law(name)
         close(lw(pick(p, lw), mono), rmk(pick(p, rmk), mono))
+
+
+def test_rmk_hlp_is_m3_rmk_with_h_lp():
+    """h_Lp -> h is not an identity (different knees), but at k = 1 both are 1: m3_rmk_hlp is
+    m3_rmk there, and for k > 1 it differs."""
+    lw, rmk = law("m3_rmk_hlp"), law("m3_rmk")
+    p = params(lw, 11)
+    one = rows(12, mono=True).assign(k=1.0)
+    close(lw(p, one), rmk(pick(p, rmk), one))
+    many = rows(13, mono=True)
+    assert np.all(np.asarray(lw(p, many)) != np.asarray(rmk(pick(p, rmk), many)))
 
 
 @pytest.mark.parametrize("name", sorted(COUNTS))

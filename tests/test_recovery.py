@@ -143,6 +143,7 @@ GRIDS = {
     "m3_r1": grid_m3_all,
     "m3_nodual": grid_m3_all, "m3_nog": grid_m3_all,
     "m3_rmkr_nog": grid_m3_all, "m3_rmkr": grid_m3_all, "m3_rmk_g": grid_m3_all,
+    "m3_rmk_hlp": grid_m3_mono,
     "dcpt_m3": grid_m3_two_stage_k1, "ptpp_floor_m3": grid_m3_two_stage_k1,
     "ptpp_gated_m3": grid_m3_two_stage_k1, "ptpp_gated_floor_m3": grid_m3_two_stage_k1,
 }

@@ -738,3 +738,24 @@ m3_rmk_g = register(Law(
                 "two-phase. Example: Table 13 (ja); a, b, c illustrative.",
     example={**{k: v for k, v in _EX.items() if k != "RM_star"}, **_RMK_EX},
 ))
+
+
+def _m3_rmk_hlp(p, x):
+    log_Dp = jnp.log(x["D_T"]) + jnp.log(saturation_lp(x["k"] - 1.0, p["RD_star"], p["p"]))
+    log_U = log_compute_optimal_size(jnp.log(x["D_T"]), p["A"], p["B"], p["alpha"], p["beta"])
+    inv = inv_rm_star_k(x["k"], p["a"], p["b"], p["c"])
+    return _lbase_log(p, _log_effective_model(jnp.log(x["M"]), log_U, inv), log_Dp)
+
+
+m3_rmk_hlp = register(Law(
+    name="m3_rmk_hlp",
+    params=m3_rmk.params + (_P,),
+    variables=m3_rmk.variables,
+    fn=_m3_rmk_hlp,
+    equation="`m3_rmk` with D' = D_T h_Lp(k-1; R_D*, p)  (M3 Eq. 20 with Eq. 7, Table 14 "
+             "'1-stage monolingual, with R_M*(k)', 10P)",
+    defaults={"k": 1.0},
+    description="Monolingual multi-epoch M3 with R_M*(k) and the sharper target-data multiplier "
+                "h_Lp (Table 14). Fit two-phase. Example: `m3_rmk`'s, p = 4 (illustrative).",
+    example={**m3_rmk.example, "p": 4.0},
+))
