@@ -74,7 +74,8 @@ def test_two_phase_fit_takes_phase1_rows_from_the_pool():
     rng = np.random.default_rng(1)
     g = mc.planned_grid(pairs=("sim",))
     g = g[g.n_stages <= 2]
-    df = g.assign(loss=np.asarray(law(law.example, g)) * np.exp(0.002 * rng.standard_normal(len(g))))
+    noise = np.exp(0.002 * rng.standard_normal(len(g)))
+    df = g.assign(loss=np.asarray(law(law.example, g)) * noise)
     d = mc.setting_rows(df, mc.SETTINGS["d"])
     assert not mc.phase1_mask(d).any()
     with pytest.raises(bs.errors.SplitSkipped):
