@@ -62,9 +62,10 @@ from bayes_scaling.fit import MapFit  # noqa: E402
 from bayes_scaling.laws import m3 as m3laws  # noqa: E402
 from bayes_scaling.plan import APPROACHES, chinchilla_optimal  # noqa: E402
 from m3_common import (  # noqa: E402
-                       ABBR, ALL_APPROACHES, AXES, COLORS, DELTA, MIN_ROWS, NOISE, PAIRS, PAPER_AVG, PAPER_NP, PAPER_SPLIT, PAPER_STARTS, PHASE1_MIN, SETTINGS, SHORT, SPLITS,
-                       condition, grid_consts, inventory, law_of, load_table, make_fitter,
-                       md_table, n_free, phase1_mask, planned_counts, setting_rows, table2)
+    ABBR, ALL_APPROACHES, AXES, COLORS, DELTA, MIN_ROWS, NOISE, PAIRS, PAPER_AVG, PAPER_NP,
+    PAPER_SPLIT, PAPER_STARTS, PHASE1_MIN, SETTINGS, SHORT, SPLITS, condition, grid_consts,
+    inventory, law_of, load_table, make_fitter, md_table, n_free, phase1_mask, planned_counts,
+    setting_rows, table2)
 
 OUT = Path(__file__).resolve().parent / "out" / "m3_paper"
 
@@ -393,6 +394,67 @@ def fig_approach_map(maps: dict, fits: dict, df: pd.DataFrame, path: Path):
     plt.close(fig)
 
 
+def fig3_dual_power_law(df: pd.DataFrame, path: Path, n_starts=PAPER_STARTS, seed=0):
+    """M3 Figure 3 on our runs: L / L_base(M, D) of the k = 1 multi-stage runs against r (a),
+    r1 (b, two-stage) and r12 (c, three-stage), with L_base the phase-1 base of each pair
+    (``chinchilla_m3`` on its monolingual k <= 4 single-stage rows) and the dual power law
+    r_f^-gamma (r / r_f)^-gamma2 (Eq. 8) fitted on the two-stage rows with that base fixed
+    (``bs.fit_two_phase("he_dual", ...)``). Returns one row per pair: gamma, gamma2, and the R^2
+    of that factor on the ratios of the two- and three-stage runs."""
+    pairs = list(dict.fromkeys(df["pair"]))
+    fig, axes = plt.subplots(len(pairs), 3, figsize=(15, 4.2 * len(pairs)), squeeze=False,
+                             constrained_layout=True)
+    rows_out = []
+    for i, pair in enumerate(pairs):
+        rows = df[df["pair"] == pair]
+        multi = rows[(rows["k"] <= 1) & (rows["n_stages"] >= 2)]
+        two = multi[multi["n_stages"] == 2]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dual, base = bs.fit_two_phase("he_dual", two, base_law="chinchilla_m3",
+                                          phase1=rows[phase1_mask(rows)], delta=DELTA,
+                                          n_starts=n_starts, seed=seed)
+        ratio = multi["loss"].to_numpy() / np.asarray(base.predict(multi))
+        g, g2 = dual.params["gamma"], dual.params["gamma2"]
+        factor = multi["r_f"] ** -g * (multi["r"] / multi["r_f"]) ** -g2
+        three = (multi["n_stages"] == 3).to_numpy()
+        rows_out.append({"pair": pair, "gamma": g, "gamma2": g2,
+                         "2-stage runs": int((~three).sum()),
+                         "3-stage runs": int(three.sum()),
+                         "R^2 of the factor (2-stage)": bs.metrics.r2(ratio[~three],
+                                                                      factor[~three]),
+                         "R^2 of the factor (3-stage)": (bs.metrics.r2(ratio[three],
+                                                                       factor[three])
+                                                         if three.sum() > 1 else np.nan)})
+        rfs = sorted(multi["r_f"].unique())
+        cmap = plt.get_cmap("viridis")
+        colour = {rf: cmap(j / max(1, len(rfs) - 1)) for j, rf in enumerate(rfs)}
+        ax = axes[i, 0]
+        for rf in rfs:
+            m = (multi["r_f"] == rf).to_numpy()
+            for stages, filled in ((2, True), (3, False)):
+                sel = m & (multi["n_stages"] == stages).to_numpy()
+                ax.scatter(multi["r"][sel], ratio[sel], s=28, edgecolor=colour[rf],
+                           facecolor=colour[rf] if filled else "none",
+                           label=f"r_f = {rf:g}, {stages}-stage" if sel.any() else None)
+            r = np.linspace(multi["r"].min(), rf, 50)
+            ax.plot(r, rf ** -g * (r / rf) ** -g2, "--", color=colour[rf])
+        ax.set(xscale="log", xlabel="average ratio r", ylabel=r"$L / L_{base}(M, D)$",
+               title=f"{pair}: (a) dual power law, gamma {g:.3f}, gamma2 {g2:.3f}")
+        ax.legend(fontsize=6)
+        for ax, col, sel, name in ((axes[i, 1], "r1", ~three, "(b) two-stage: first-stage r1"),
+                                   (axes[i, 2], "r12", three, "(c) three-stage: r12")):
+            sub = multi[sel]
+            ax.scatter(sub[col], ratio[sel] / factor[sel].to_numpy(), s=28,
+                       c=[colour[rf] for rf in sub["r_f"]])
+            ax.axhline(1.0, color="k", lw=0.8, ls=":")
+            ax.set(xlabel=col, ylabel="ratio / dual power law", title=f"{pair}: {name}")
+    fig.suptitle("M3 Figure 3 on bible_m3 (k = 1 multi-stage runs)")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return pd.DataFrame(rows_out)
+
+
 def fig_parity(fits: dict, df: pd.DataFrame, path: Path):
     pairs = list(fits)
     fig, axes = plt.subplots(1, len(pairs), figsize=(5 * len(pairs), 4.5), squeeze=False,
@@ -467,6 +529,16 @@ def repetition(df: pd.DataFrame) -> pd.DataFrame:
 
 # ==================================================================================================
 # Report
+
+
+def fig3_section(df, out: Path, n_starts, seed) -> list[str]:
+    t = fig3_dual_power_law(df, out / "fig3_dual_power_law.png", n_starts, seed)
+    return ["## Figure 3: the dual power law on our k = 1 multi-stage runs", "",
+            "L / L_base(M, D) with each pair's phase-1 base, against r (r_f coloured; filled: "
+            "two-stage, hollow: three-stage) with r_f^-gamma (r/r_f)^-gamma2 fitted on the "
+            "two-stage rows (`bs.fit_two_phase(\"he_dual\", ...)`, base fixed), and the residual "
+            "ratio against r1 and r12 (the paper: near-flat). R^2 of the factor on the ratios:",
+            "", md_table(t), "", "![Figure 3](fig3_dual_power_law.png)", ""]
 
 
 def run(args, df: pd.DataFrame | None = None) -> str:
@@ -798,6 +870,9 @@ def run(args, df: pd.DataFrame | None = None) -> str:
                          for p, s in share.items()) + ".", "",
                "![approach map](fig1_approach_map.png)", ""]
 
+    # ---- Figure 3
+    md += fig3_section(df, out, n_starts, args.seed)
+
     # ---- data checks
     md += ["## What the runs themselves say (no fitting)", ""]
     tv = two_vs_one_stage(df)
@@ -921,8 +996,19 @@ def main(argv=None):
     ap.add_argument("--pairs", type=lambda s: s.split(","), default=None)
     ap.add_argument("--table", default=None, help="loss table CSV (default: the bundled bible_m3)")
     ap.add_argument("--out", default=str(OUT), help="output folder")
+    ap.add_argument("--only", choices=("fig3",), default=None,
+                    help="only Figure 3 (fig3_dual_power_law.png and .md)")
     args = ap.parse_args(argv)
     args.argv = argv
+    if args.only == "fig3":
+        df = load_table(args.table)
+        df = df[df["pair"].isin(args.pairs or PAIRS)]
+        cmd = "python analyses/m3_paper.py" + "".join(" " + shlex.quote(a) for a in argv)
+        text = "\n".join([f"Generated by: `{cmd}`", ""] + fig3_section(
+            df, Path(args.out), 8 if args.quick else args.n_starts, args.seed))
+        (Path(args.out) / "fig3_dual_power_law.md").write_text(text)
+        print(text)
+        return 0
     text = run(args)
     print(text)
     return 0
