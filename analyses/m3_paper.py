@@ -15,10 +15,13 @@ that ``training/configs/m3.toml`` sweeps (target French or Arabic, English helpe
     for every law as soon as one law fails on it, per-axis then per-pair then overall averages),
     with the axis thresholds moved to our grid (:data:`SPLITS`, written into the output), for the
     settings (a) all 1- and 2-stage data, (b) 1-stage only, (c) monolingual multi-epoch and
-    (d) multi-lingual single-epoch scored separately on 1-stage (d1) and 2-stage (d2) test rows.
+    (d) multi-lingual single-epoch scored separately on 1-stage (d1) and 2-stage (d2) test rows,
+    with the 2-stage-only baselines of (d2) (D-CPT, PTPP-F1/F2/F3, Zhang) fitted on 2-stage rows.
     Laws: Chinchilla, He, He + Dual PL, Muennighoff, ATLAS, Sedova, M3 and its ablations
-    (-Dual PL, -g, + R_M*(k), h_Lp, + gamma2(r1)). Every law that contains the Chinchilla base is
-    fitted in two phases (App. C.2.4); Chinchilla itself and Sedova in one.
+    (-Dual PL, -g, + R_M*(k), h_Lp, + gamma2(r1)), all from the law registry. Every law that
+    contains the Chinchilla base is fitted in two phases (``bs.fit_two_phase``, App. C.2.4);
+    Chinchilla itself, Sedova and the 2-stage-only baselines in one. R^2 per split (the paper's
+    Tables 9-12) follow each table. Shared pieces: ``analyses/m3_common.py``.
 (b) **Table 13**: the M3 parameters fitted on every 1- and 2-stage row of each pair (Huber
     delta = 1e-3, 50 starts, two-phase), beside the paper's Japanese/Indonesian/Swahili values.
 (c) **Probabilistic scores**: a Laplace posterior of M3 (``bs.fit_posterior(method="laplace")``,
@@ -38,18 +41,12 @@ Writes ``analyses/out/m3_paper/m3_paper.md`` and the PNGs beside it.
 from __future__ import annotations
 
 import argparse
-import itertools
-import math
 import shlex
 import sys
 import time
-import tomllib
 import warnings
-from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 
-import jax.numpy as jnp
 import matplotlib
 
 matplotlib.use("Agg")
@@ -60,430 +57,55 @@ import pandas as pd  # noqa: E402
 
 import bayes_scaling as bs  # noqa: E402
 from bayes_scaling import evaluate as ev  # noqa: E402
-from bayes_scaling.errors import BayesScalingError, FitError, SplitSkipped  # noqa: E402
+from bayes_scaling.errors import BayesScalingError  # noqa: E402
 from bayes_scaling.fit import MapFit  # noqa: E402
-from bayes_scaling.laws import Law  # noqa: E402
 from bayes_scaling.laws import m3 as m3laws  # noqa: E402
 from bayes_scaling.plan import APPROACHES, chinchilla_optimal  # noqa: E402
+from m3_common import (  # noqa: E402
+    ABBR, ALL_APPROACHES, AXES, COLORS, DELTA, MIN_ROWS, NOISE, PAIRS, PAPER_AVG, PAPER_NP,
+    PAPER_SPLIT, PAPER_STARTS, PHASE1_MIN, SETTINGS, SHORT, SPLITS, condition, grid_consts,
+    inventory, law_of, load_table, make_fitter, md_table, n_free, phase1_mask, planned_counts,
+    setting_rows, table2)
 
-ROOT = Path(__file__).resolve().parents[1]
 OUT = Path(__file__).resolve().parent / "out" / "m3_paper"
-TABLE = ROOT / "bayes_scaling" / "datasets" / "bible_m3.csv"
-CONFIG = ROOT / "training" / "configs" / "m3.toml"
-PAIRS = ("fr-en", "ar-en")
-ALL_APPROACHES = ("mono_1stage", "multi_1stage", "multi_2stage", "multi_3stage")
-DELTA = 1e-3          # M3 App. C.1: Huber delta on log residuals
-PAPER_STARTS = 50     # M3 App. C.1: 50 random starts, best kept
-MIN_ROWS = 10         # M3 App. C.2: at least 10 rows on each side of a split
-PHASE1_MIN = 8        # our rule: fewer phase-1 rows than this -> no two-phase fit (see Fitter)
-NOISE = 0.01          # nats: tolerance of one run-vs-run comparison (tests/test_m3_table.py)
-SHORT = {"mono_1stage": "mono 1-stage", "multi_1stage": "multi 1-stage",
-         "multi_2stage": "multi 2-stage", "multi_3stage": "multi 3-stage"}
-ABBR = {"mono_1stage": "mono", "multi_1stage": "multi-1", "multi_2stage": "multi-2",
-        "multi_3stage": "multi-3"}
-COLORS = {"mono_1stage": "#4C72B0", "multi_1stage": "#DD8452", "multi_2stage": "#55A868",
-          "multi_3stage": "#8172B3"}
 
 
 # ==================================================================================================
-# The two ablations the registry does not hold (M3 Table 2 (a)): analysis-local laws
-
-
-def _m3_nodual(p, x):
-    """M3 without the dual power law: the ratio factor is He's r^-gamma on the average ratio."""
-    return m3laws._m3_loss(
-        p, x,
-        h_data=m3laws.saturation(x["k"] - 1.0, p["RD_star"]),
-        inv_RM_star=1.0 / p["RM_star"],
-        log_ratio=-p["gamma"] * jnp.log(x["r"]),
-    )
-
-
-def _m3_nog(p, x):
-    """M3 without the high-resource weight g (g = 1: every helper token counts fully in D')."""
-    log_DT = jnp.log(x["D_T"])
-    h = m3laws.saturation(x["k"] - 1.0, p["RD_star"])
-    log_Dp = log_DT + jnp.log(h + m3laws._high_over_target(x))
-    log_U = m3laws.log_compute_optimal_size(log_DT, p["A"], p["B"], p["alpha"], p["beta"])
-    log_Mp = m3laws._log_effective_model(jnp.log(x["M"]), log_U, 1.0 / p["RM_star"])
-    log_ratio = m3laws.log_dual_ratio_factor(x["r"], m3laws._final_ratio(x), p["gamma"],
-                                             p["gamma2"])
-    return m3laws._lbase_log(p, log_Mp, log_Dp) * jnp.exp(log_ratio)
-
-
-_M3 = bs.laws.get("m3")
-_EX = dict(_M3.example)
-M3_NODUAL = Law(
-    name="m3_nodual",
-    params=tuple(p for p in _M3.params if p.name != "gamma2"),
-    variables=("M", "D_T", "k", "r"),
-    fn=_m3_nodual,
-    equation="M3 with R_dual -> r^-gamma (M3 Table 2 '-Dual PL', 10P)",
-    defaults={"k": 1.0, "r": 1.0},
-    description="Ablation of M3 Table 2 (a)/(d): the dual power law replaced by He's single "
-                "power of the average ratio. Analysis-local (analyses/m3_paper.py).",
-    example={k: v for k, v in _EX.items() if k != "gamma2"},
-)
-M3_NOG = Law(
-    name="m3_nog",
-    params=tuple(p for p in _M3.params if p.name not in ("RDh_star", "psi")),
-    variables=_M3.variables,
-    fn=_m3_nog,
-    equation="M3 with g = 1: D' = D_T [h(k-1; R_D*) + k (1-r)/r]  (M3 Table 2 '-g', 9P)",
-    defaults=dict(_M3.defaults),
-    description="Ablation of M3 Table 2 (a): no high-resource weight g (Eq. 9). Analysis-local.",
-    example={k: v for k, v in _EX.items() if k not in ("RDh_star", "psi")},
-)
-
-#: label -> (law, fitting mode). "two": the paper's two-phase fit (App. C.2.4); "one": all
-#: parameters jointly (Sedova, App. C.3; and Chinchilla, which *is* the phase-1 base: it is
-#: fitted on every training row of the split).
-LAWS: dict[str, tuple[object, str]] = {
-    "Chinchilla": ("chinchilla_m3", "one"),
-    "He": ("he", "two"),
-    "He + Dual PL": ("he_dual", "two"),
-    "Muennighoff": ("muennighoff_m3", "two"),
-    "ATLAS": ("atlas", "two"),
-    "Sedova": ("sedova", "one"),
-    "M3": ("m3", "two"),
-    "M3 -Dual PL": (M3_NODUAL, "two"),
-    "M3 -g": (M3_NOG, "two"),
-    "M3 + R_M*(k)": ("m3_rmk", "two"),
-    "M3 h_Lp": ("m3_hlp", "two"),
-    "M3 + gamma2(r1)": ("m3_r1", "two"),
-}
-
-
-def law_of(label) -> Law:
-    return bs.laws.get(LAWS[label][0])
-
-
-# ==================================================================================================
-# Splits: the paper's Table 7 axes with thresholds moved to our grid
-
-
-#: How each of the paper's thresholds moves to our grid (axis -> threshold map).
-_TO_OURS = {"D_T": lambda t: t - 1, "D": lambda t: t - 13, "k": lambda t: t // 4}
-
-
-def _ours(s: ev.Split) -> ev.Split:
-    thr = _TO_OURS.get(s.axis, lambda t: t)(s.threshold)
-    name = f"{s.name.split('_')[0]}_{'ge' if s.op == '>=' else 'le'}{thr:g}"
-    return ev.Split(name, s.axis, s.column, s.op, thr)
-
-
-#: Our 18 splits (paper Table 7 -> ours). C and M use the paper's thresholds (our f_C = -3..0 and
-#: f_M = -2..3 span the same factors); D_T is shifted down one factor (our f_D = -6..0: a
-#: ``DT_ge0`` test side would hold 7 rows per pair); D moves from log2 D >= 34/33/32 to our
-#: 2^21/2^20/2^19 tokens (our D = 2^18..2^21); r is unchanged (same ratios 1/8..1); k moves from
-#: >= 32/64/128 to >= 8/16/32 (our k = 1..64). The test side is always the extrapolation direction.
-SPLITS: tuple[ev.Split, ...] = tuple(_ours(s) for s in ev.M3_SPLITS)
-PAPER_SPLIT = {_ours(s).name: s.name for s in ev.M3_SPLITS}
-#: (d): the paper's Table 8 choice (no k axis, no r_le0.25, no r_ge1), same reasons on our grid.
-SPLITS_D = tuple(s for s in SPLITS if s.axis != "k" and s.name not in ("r_le0.25", "r_ge1"))
-SPLITS_C = tuple(s for s in SPLITS if s.axis != "r")
-AXES = ("C", "M", "D_T", "D", "r", "k")
-
-
-@dataclass
-class Setting:
-    key: str
-    title: str
-    select: object            # df -> boolean mask
-    laws: tuple
-    splits: tuple
-    scored: tuple = ()        # (d): (name, df -> mask) test subsets scored separately
-
-
-SETTINGS = {
-    "a": Setting("a", "(a) All data (1-stage + 2-stage)", lambda d: d["n_stages"] <= 2,
-                 ("Chinchilla", "He", "He + Dual PL", "Muennighoff", "ATLAS", "Sedova", "M3",
-                  "M3 -Dual PL", "M3 -g", "M3 h_Lp", "M3 + gamma2(r1)"), SPLITS),
-    "b": Setting("b", "(b) 1-stage data only", lambda d: d["n_stages"] == 1,
-                 ("Chinchilla", "He", "Muennighoff", "ATLAS", "Sedova", "M3"), SPLITS),
-    "c": Setting("c", "(c) Multi-epoch only (monolingual, 1-stage)",
-                 lambda d: (d["n_stages"] == 1) & (d["r"] >= 1),
-                 ("Muennighoff", "ATLAS", "Sedova", "M3 + R_M*(k)", "M3"), SPLITS_C),
-    "d": Setting("d", "(d) Multi-lingual only (single-epoch, k = 1, r < 1, 1- and 2-stage)",
-                 lambda d: (d["n_stages"] <= 2) & (d["k"] <= 1) & (d["r"] < 1),
-                 ("He", "He + Dual PL", "Sedova", "M3", "M3 -Dual PL"), SPLITS_D,
-                 scored=(("d1", lambda d: d["n_stages"] == 1),
-                         ("d2", lambda d: d["n_stages"] == 2))),
-}
-
-
-#: The paper's Avg column of Table 2 (and Table 14 for h_Lp), averaged over ja/id/sw, for reference.
-PAPER_AVG = {
-    "a": {"Chinchilla": .19, "He": -.03, "Muennighoff": .25, "ATLAS": .35, "Sedova": .62,
-          "M3": .67, "M3 -Dual PL": .60, "M3 -g": .48, "M3 h_Lp": .69},
-    "b": {"Chinchilla": .13, "He": -.10, "Muennighoff": .35, "ATLAS": .43, "Sedova": .61,
-          "M3": .72},
-    "c": {"Muennighoff": .75, "ATLAS": .68, "Sedova": .61, "M3 + R_M*(k)": .85, "M3": .75},
-    "d1": {"He": .26, "He + Dual PL": .85, "Sedova": .44, "M3": .85, "M3 -Dual PL": .33},
-    "d2": {"He": .42, "He + Dual PL": .56, "Sedova": .75, "M3": .63, "M3 -Dual PL": .52},
-    "d3": {"He": .34, "He + Dual PL": .70, "Sedova": .59, "M3": .74, "M3 -Dual PL": .42},
-}
-
-
-def condition(s: ev.Split) -> str:
-    col = {"log2_D": "log2 D"}.get(s.column, s.column)
-    return f"{col} {s.op} {s.threshold:g}"
-
-
-# ==================================================================================================
-# Data
-
-
-def load_table(path=None) -> pd.DataFrame:
-    """The committed ``bible_m3`` table (through ``bs.datasets`` when no path is given)."""
-    if path is None:
-        try:
-            return bs.datasets.load("bible_m3")
-        except BayesScalingError:
-            path = TABLE
-    return pd.read_csv(path)
-
-
-def planned_grid(config=CONFIG, pairs=PAIRS) -> pd.DataFrame:
-    """Every 1- and 2-stage run the sweep config plans (rows without ``loss``), per pair.
-
-    A light re-implementation of ``training.m3.plan``'s enumeration (no torch): integer factors
-    in each grid's ranges with f_D and log2 D in range; M from the model shapes
-    (6 N_nonemb + 6 n_layer 128 d_model, as the datasheet); two-stage (r1, r2) with r1 < r < r2.
-    Three-stage runs are counted by :func:`planned_counts` only.
-    """
-    m = tomllib.loads(Path(config).read_text())["m3"]
-    models = {}
-    for s in m["models"]:
-        L, d = s["n_layer"], s["d_model"]
-        n_ne = L * (12 * d * d + 13 * d) + 2 * d
-        models[s["f_M"]] = 6 * n_ne + 6 * L * 128 * d
-    lg = round(math.log2(m["D_T0"]))
-
-    def points(g):
-        for f_r, f_M, f_k, f_C in itertools.product(*(range(g[k][0], g[k][1] + 1)
-                                                      for k in ("f_r", "f_M", "f_k", "f_C"))):
-            f_D = -f_r + f_M - f_k + f_C
-            if f_M in models and g["f_D"][0] <= f_D <= g["f_D"][1] \
-                    and g["log2_D"][0] <= lg + f_M + f_C <= g["log2_D"][1]:
-                yield f_r, f_M, f_k, f_C, f_D
-
-    grids1 = m["one_stage"] if isinstance(m["one_stage"], list) else [m["one_stage"]]
-    grids2 = m["two_stage"] if isinstance(m["two_stage"], list) else [m["two_stage"]]
-    rows = {}
-    for g in grids1:
-        for f_r, f_M, f_k, f_C, f_D in points(g):
-            r = 2.0 ** -f_r
-            rows[(f_r, f_M, f_k, f_C, r, None)] = {
-                "f_r": f_r, "f_M": f_M, "f_k": f_k, "f_C": f_C, "f_D": f_D, "r": r, "r_f": r, "r1": r, "r2": np.nan,
-                "n_stages": 1, "approach": "mono_1stage" if f_r == 0 else "multi_1stage"}
-    for g in grids2:
-        for f_r, f_M, f_k, f_C, f_D in points(g):
-            r = 2.0 ** -f_r
-            for r1, r2 in itertools.product(g["r1"], g["r2"]):
-                if r1 < r < r2:
-                    rows[(f_r, f_M, f_k, f_C, r1, r2)] = {
-                        "f_r": f_r, "f_M": f_M, "f_k": f_k, "f_C": f_C, "f_D": f_D, "r": r, "r_f": float(r2),
-                        "r1": float(r1), "r2": float(r2), "n_stages": 2, "approach": "multi_2stage"}
-    g = pd.DataFrame(list(rows.values()))
-    g["M"] = g["f_M"].map(models).astype(float)
-    g["k"] = 2.0 ** g["f_k"]
-    g["D_T"] = 2.0 ** (lg + g["f_D"])
-    g["D"] = 2.0 ** (lg + g["f_M"] + g["f_C"])
-    g["C"] = g["M"] * g["D"]
-    s1 = np.where(g["n_stages"] == 2, (g["r2"] - g["r"]) / (g["r2"] - g["r1"]), 1.0)
-    g["D_1"] = np.where(g["n_stages"] == 2, s1 * g["D"], g["D"])
-    g["D_2"] = g["D"] - g["D_1"]
-    out = pd.concat([g.assign(pair=p) for p in pairs], ignore_index=True)
-    return out
-
-
-def planned_counts(config=CONFIG) -> dict:
-    """Planned runs per approach and pair (three-stage from the config's patterns)."""
-    g = planned_grid(config, pairs=("x",))
-    counts = g.groupby("approach").size().to_dict()
-    m = tomllib.loads(Path(config).read_text())["m3"]
-    r2c = (Fraction(1, 4), Fraction(1, 2), Fraction(3, 4), Fraction(1))
-    n3 = 0
-    for pt in m["three_stage"]:
-        r12, r3 = Fraction(pt["r12"]), Fraction(pt["r3"])
-        above = [x for x in r2c if r12 < x < r3]
-        n3 += 2 + (len(above) > 1)     # patterns A, B, and C when it differs from B
-    counts["multi_3stage"] = n3
-    return counts
-
-
-def inventory(df: pd.DataFrame) -> pd.DataFrame:
-    planned = planned_counts()
-    inv = df.groupby(["pair", "approach"]).size().unstack("approach", fill_value=0)
-    inv = inv.reindex(index=[p for p in PAIRS if p in inv.index] +
-                      [p for p in inv.index if p not in PAIRS],
-                      columns=list(ALL_APPROACHES), fill_value=0)
-    inv["total"] = inv.sum(axis=1)
-    plan_row = pd.DataFrame([{**{a: planned.get(a, 0) for a in ALL_APPROACHES},
-                              "total": sum(planned.values())}], index=["planned (per pair)"])
-    return pd.concat([inv, plan_row])
-
-
-# ==================================================================================================
-# Fitting
-
-
-def phase1_mask(df: pd.DataFrame) -> np.ndarray:
-    """M3 App. C.2.4 phase 1: monolingual (r = 1), low-epoch (k <= 4), single-stage rows."""
-    return ((df["r"] >= 1) & (df["k"] <= 4) & (df["n_stages"] == 1)).to_numpy()
-
-
-@dataclass
-class Fitter:
-    """The fitter of every protocol here: one- or two-phase by the law's mode (:data:`LAWS`).
-
-    Two-phase (M3 App. C.2.4): phase 1 fits ``chinchilla_m3`` (A, B, alpha, beta, E) on the
-    monolingual k <= 4 single-stage rows of the training set (plus ``pool``: extra rows that lie
-    on the training side of the split, used by setting (d) whose own rows are all multilingual);
-    phase 2 fits the rest with the base fixed.
-
-    With fewer than :data:`PHASE1_MIN` phase-1 rows on the training side (the ``r_ge0.5`` and
-    ``r_ge1`` splits hold out every monolingual row), ``phase1_missing`` decides:
-
-    - ``"skip"`` (default): the two-phase fit is impossible by the paper's own definition (phase 1
-      uses "only ... data from the training set"), so the fitter raises
-      :class:`~bayes_scaling.errors.SplitSkipped` and, by App. C.2.3's rule for skipped splits,
-      the split is excluded for every law of the setting;
-    - ``"one-phase"``: the law is fitted in one phase instead and the fit is flagged
-      (``settings["phase"]``). One-phase fits of the M3 family cost 30-100 s each on this
-      machine, against about 1 s for phase 2.
-    """
-
-    n_starts: int = PAPER_STARTS
-    seed: int = 0
-    modes: dict = field(default_factory=dict)   # law name -> "one" / "two"
-    seconds: dict = field(default_factory=dict)  # law name -> [n fits, total s, first fit s]
-    bases: dict = field(default_factory=dict)    # phase-1 rows -> base fit (shared by the laws)
-    base_hits: int = 0
-    phase1_missing: str = "skip"                 # or "one-phase" (see the class docstring)
-
-    def __post_init__(self):
-        for law, mode in LAWS.values():
-            self.modes[bs.laws.get(law).name] = mode
-
-    def fit(self, law, train, pool=None) -> MapFit:
-        law = bs.laws.get(law)
-        t0 = time.perf_counter()
-        try:
-            return self._fit(law, train, pool)
-        except BayesScalingError:
-            raise
-        except Exception as exc:  # noqa: BLE001  (any other error is a failed fit, reported)
-            raise FitError(f"{type(exc).__name__}: {exc}") from exc
-        finally:
-            dt = time.perf_counter() - t0
-            n, tot, first = self.seconds.get(law.name, (0, 0.0, dt))
-            self.seconds[law.name] = (n + 1, tot + dt, first)
-
-    def base(self, p1: pd.DataFrame) -> MapFit:
-        """The phase-1 ``chinchilla_m3`` fit on ``p1``, computed once per set of rows: every
-        two-phase law of a split has the same phase-1 rows, and a fit is a deterministic function
-        of its rows, seed and starts, so the laws share it."""
-        key = pd.util.hash_pandas_object(p1, index=False).to_numpy().tobytes()
-        if key in self.bases:
-            self.base_hits += 1
-        else:
-            self.bases[key] = bs.fit_map("chinchilla_m3", p1, seed=self.seed, delta=DELTA,
-                                         n_starts=self.n_starts)
-        return self.bases[key]
-
-    def timing(self) -> str:
-        return "; ".join(f"{k}: {n} fits, {tot:.0f} s (first {first:.0f} s, with compilation)"
-                         for k, (n, tot, first) in self.seconds.items()) + \
-            f"; phase-1 base fits: {len(self.bases)} computed, {self.base_hits} reused"
-
-    __call__ = fit
-
-    def _fit(self, law, train, pool):
-        kw = {"delta": DELTA, "n_starts": self.n_starts}
-        if self.modes.get(law.name, "two") == "one":
-            f = bs.fit_map(law, train, seed=self.seed, **kw)
-            f.settings["phase"] = "one-phase"
-            return f
-        p1 = train[phase1_mask(train)]
-        if pool is not None and len(pool):
-            p1 = pd.concat([p1, pool[phase1_mask(pool)]])
-            p1 = p1[~p1.index.duplicated()]
-        if len(p1) < PHASE1_MIN:
-            if self.phase1_missing == "skip":
-                raise SplitSkipped(f"{len(p1)} phase-1 rows on the training side (< {PHASE1_MIN}): "
-                                   "no two-phase fit")
-            f = bs.fit_map(law, train, seed=self.seed, **kw)
-            f.settings["phase"] = f"one-phase fallback ({len(p1)} phase-1 rows)"
-            return f
-        base = self.base(p1)
-        shared = {k: v for k, v in base.params.items() if k in law.param_names}
-        f = bs.fit_map(law, train, seed=self.seed + 1, fixed=shared, **kw)
-        f.settings["phase"] = "two-phase"
-        f.settings["two_phase"] = {"base_law": "chinchilla_m3", "phase1_rows": len(p1),
-                                   "phase1_objective": base.objective, "base_ridge": base.ridge()}
-        return f
-
-
-# ==================================================================================================
-# (a) Table 2
-
-
-def setting_rows(df: pd.DataFrame, setting: Setting) -> pd.DataFrame:
-    return df[np.asarray(setting.select(df), bool)]
-
-
-def table2(df: pd.DataFrame, setting="a", *, laws=None, splits=None, fitter: Fitter | None = None,
-           min_rows=MIN_ROWS, group="pair"):
-    """The Table 2 protocol of one setting on ``df``: an :class:`bs.evaluate.Evaluation` (settings
-    a-c; ``bs.evaluate.axis_splits``) or, for setting d, ``{"d1": Evaluation, "d2": ..., "d3":
-    table}`` (one fit per split, scored separately on the 1- and 2-stage test rows)."""
-    st = SETTINGS[setting] if isinstance(setting, str) else setting
-    labels = tuple(laws or st.laws)
-    splits = tuple(splits or st.splits)
-    fitter = fitter or Fitter()
-    rows = setting_rows(df, st)
-    named = {lab: law_of(lab) for lab in labels}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if not st.scored:
-            return ev.axis_splits(named, rows, splits, delta=DELTA, min_rows=min_rows,
-                                  group=group, fitter=fitter)
-        # (d): one fit per split on every training row, phase-1 rows from the whole table's
-        # training side; 1- and 2-stage test rows scored separately (d1, d2), macro-averaged (d3)
-        out = ev.axis_splits(named, rows, splits, delta=DELTA, min_rows=min_rows, group=group,
-                             fitter=fitter, pool=df, scored=dict(st.scored))
-    axes = list(dict.fromkeys(s.axis for s in splits))
-    t1, t2 = out["d1"].table.set_index("label"), out["d2"].table.set_index("label")
-    d3 = (t1[axes].add(t2[axes]) / 2).reset_index()   # macro-average; NaN when either is
-    d3["Avg"] = d3[axes].mean(axis=1)
-    out["d3"] = d3
-    return out
-
-
-def n_params(label) -> int:
-    return len(law_of(label).params)
-
-
-def r2_table(table: pd.DataFrame, axes, detail: pd.DataFrame | None = None,
-             paper: dict | None = None) -> pd.DataFrame:
-    """The paper's columns (#P, one per axis, Avg) plus the number of (pair, split) R^2 values
-    behind them and their median (robust to the huge negative R^2 of a split whose training side
-    has no spread along the held-out axis)."""
+# (a) Table 2: reporting
+
+
+def r2_table(table: pd.DataFrame, axes, rows: pd.DataFrame, detail: pd.DataFrame | None = None,
+             paper: dict | None = None, paper_np: dict | None = None) -> pd.DataFrame:
+    """The paper's columns (#P: free parameters on the setting's ``rows``, :func:`n_free`; one
+    column per axis; Avg) plus the number of (pair, split) R^2 values behind them and their median
+    (robust to the huge negative R^2 of a split whose training side has no spread along the
+    held-out axis), and the paper's #P and Avg for reference."""
     t = table.copy()
-    t.insert(1, "#P", [n_params(lab) for lab in t["label"]])
+    t.insert(1, "#P", [n_free(lab, rows) for lab in t["label"]])
     cols = ["label", "#P"] + [a for a in axes if a in t.columns] + ["Avg"]
     cols += ["n_splits"] if "n_splits" in t.columns else []
     if detail is not None and len(detail):
         kept = detail[~detail["excluded"]]
         t["median R^2"] = t["label"].map(kept.groupby("law")["r2"].median())
         cols.append("median R^2")
+    if paper_np is not None:
+        t["paper #P"] = t["label"].map(paper_np)
+        cols.append("paper #P")
     if paper is not None:
         t["paper Avg"] = t["label"].map(paper)
         cols.append("paper Avg")
     t = t[cols].rename(columns={"label": "Model", "n_splits": "splits used"})
     return t
+
+
+def per_split(detail: pd.DataFrame) -> pd.DataFrame:
+    """R^2 of every law on every scored (pair, split): the paper's Tables 9-12 (one row per law
+    and pair; excluded splits left out)."""
+    kept = detail[~detail["excluded"]]
+    if kept.empty:
+        return kept
+    t = kept.pivot_table(index=["law", "group"], columns="split", values="r2", sort=False)
+    return t.reset_index().rename(columns={"law": "Model", "group": "pair"})
 
 
 def split_status(detail: pd.DataFrame, splits) -> pd.DataFrame:
@@ -566,7 +188,7 @@ def ridge_note(fits: dict) -> str:
 # (b) Table 13
 
 
-def fit_full(df: pd.DataFrame, pair: str, fitter: Fitter, label="M3"):
+def fit_full(df: pd.DataFrame, pair: str, fitter, label="M3"):
     rows = df[(df["pair"] == pair) & (df["n_stages"] <= 2)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -594,7 +216,7 @@ def pick_split(ev_a, pair):
     return names[0] if names else None
 
 
-def posterior_scores(df, pair, split_name, fitter: Fitter, seed=0):
+def posterior_scores(df, pair, split_name, fitter, seed=0):
     """Laplace posteriors of M3 on the training side of ``split_name``: all 11 parameters free,
     and with the base held at its phase-1 MAP (the two-phase analogue); scored on the test side."""
     s = next(x for x in SPLITS if x.name == split_name)
@@ -641,11 +263,6 @@ def posterior_scores(df, pair, split_name, fitter: Fitter, seed=0):
 
 # ==================================================================================================
 # (d) recipes against the grid
-
-
-def grid_consts(config=CONFIG):
-    m = tomllib.loads(Path(config).read_text())["m3"]
-    return float(m["C0"]), float(m["D_T0"]), float(m["M0"])
 
 
 def empirical_cells(rows: pd.DataFrame, fit: MapFit | None):
@@ -777,6 +394,102 @@ def fig_approach_map(maps: dict, fits: dict, df: pd.DataFrame, path: Path):
     plt.close(fig)
 
 
+def fig3_dual_power_law(df: pd.DataFrame, path: Path, n_starts=PAPER_STARTS, seed=0):
+    """M3 Figure 3 on our runs: L / L_base(M, D) of the k = 1 multi-stage runs against r (a),
+    r1 (b, two-stage) and r12 (c, three-stage), with L_base the phase-1 base of each pair
+    (``chinchilla_m3`` on its monolingual k <= 4 single-stage rows) and the dual power law
+    r_f^-gamma (r / r_f)^-gamma2 (Eq. 8) fitted on the two-stage rows with that base fixed
+    (``bs.fit_two_phase("he_dual", ...)``). Returns one row per pair: gamma, gamma2, and the R^2
+    of that factor on the ratios of the two- and three-stage runs."""
+    pairs = list(dict.fromkeys(df["pair"]))
+    fig, axes = plt.subplots(len(pairs), 3, figsize=(15, 4.2 * len(pairs)), squeeze=False,
+                             constrained_layout=True)
+    rows_out = []
+    for i, pair in enumerate(pairs):
+        rows = df[df["pair"] == pair]
+        multi = rows[(rows["k"] <= 1) & (rows["n_stages"] >= 2)]
+        two = multi[multi["n_stages"] == 2]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dual, base = bs.fit_two_phase("he_dual", two, base_law="chinchilla_m3",
+                                          phase1=rows[phase1_mask(rows)], delta=DELTA,
+                                          n_starts=n_starts, seed=seed)
+        ratio = multi["loss"].to_numpy() / np.asarray(base.predict(multi))
+        g, g2 = dual.params["gamma"], dual.params["gamma2"]
+        factor = multi["r_f"] ** -g * (multi["r"] / multi["r_f"]) ** -g2
+        three = (multi["n_stages"] == 3).to_numpy()
+        rows_out.append({"pair": pair, "gamma": g, "gamma2": g2,
+                         "2-stage runs": int((~three).sum()),
+                         "3-stage runs": int(three.sum()),
+                         "R^2 of the factor (2-stage)": bs.metrics.r2(ratio[~three],
+                                                                      factor[~three]),
+                         "R^2 of the factor (3-stage)": (bs.metrics.r2(ratio[three],
+                                                                       factor[three])
+                                                         if three.sum() > 1 else np.nan)})
+        rfs = sorted(multi["r_f"].unique())
+        cmap = plt.get_cmap("viridis")
+        colour = {rf: cmap(j / max(1, len(rfs) - 1)) for j, rf in enumerate(rfs)}
+        ax = axes[i, 0]
+        for rf in rfs:
+            m = (multi["r_f"] == rf).to_numpy()
+            for stages, filled in ((2, True), (3, False)):
+                sel = m & (multi["n_stages"] == stages).to_numpy()
+                ax.scatter(multi["r"][sel], ratio[sel], s=28, edgecolor=colour[rf],
+                           facecolor=colour[rf] if filled else "none",
+                           label=f"r_f = {rf:g}, {stages}-stage" if sel.any() else None)
+            r = np.linspace(multi["r"].min(), rf, 50)
+            ax.plot(r, rf ** -g * (r / rf) ** -g2, "--", color=colour[rf])
+        ax.set(xscale="log", xlabel="average ratio r", ylabel=r"$L / L_{base}(M, D)$",
+               title=f"{pair}: (a) dual power law, gamma {g:.3f}, gamma2 {g2:.3f}")
+        ax.legend(fontsize=6)
+        for ax, col, sel, name in ((axes[i, 1], "r1", ~three, "(b) two-stage: first-stage r1"),
+                                   (axes[i, 2], "r12", three, "(c) three-stage: r12")):
+            sub = multi[sel]
+            ax.scatter(sub[col], ratio[sel] / factor[sel].to_numpy(), s=28,
+                       c=[colour[rf] for rf in sub["r_f"]])
+            ax.axhline(1.0, color="k", lw=0.8, ls=":")
+            ax.set(xlabel=col, ylabel="ratio / dual power law", title=f"{pair}: {name}")
+    fig.suptitle("M3 Figure 3 on bible_m3 (k = 1 multi-stage runs)")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return pd.DataFrame(rows_out)
+
+
+def fig12_per_approach(fits: dict, df: pd.DataFrame, path: Path, m_bounds, step=0.5):
+    """M3 Figure 12 on our runs: per pair and f_C with runs, the minimum loss of each approach
+    against f_D predicted by the pair's fitted M3 (``bs.plan.recipe_grid``, M within our models'
+    range), with the observed minimum of each approach's runs (hollow markers) and D*(C) of the
+    fitted base (red dashed)."""
+    C0, DT0, _ = grid_consts()
+    pairs = list(fits)
+    fcs = sorted(df["f_C"].unique())
+    fig, axes = plt.subplots(len(pairs), len(fcs), figsize=(4.2 * len(fcs), 3.8 * len(pairs)),
+                             squeeze=False, constrained_layout=True)
+    fd = np.arange(df["f_D"].min() - 1, df["f_D"].max() + 1 + 1e-9, step)
+    for i, pair in enumerate(pairs):
+        w = approach_map(fits[pair], np.asarray(fcs, float), fd, m_bounds)
+        rows = df[(df["pair"] == pair) & (df["n_stages"] <= 2)]
+        p = fits[pair].params
+        for j, fc in enumerate(fcs):
+            ax = axes[i, j]
+            s = w[np.isclose(w["fC"], fc)].sort_values("fD")
+            for ap in APPROACHES:
+                ax.plot(s["fD"], s[f"loss_{ap}"], color=COLORS[ap], lw=2, label=f"{SHORT[ap]} (M3)")
+                obs = rows[(rows["f_C"] == fc) & (rows["approach"] == ap)]
+                if len(obs):
+                    m = obs.groupby("f_D")["loss"].min()
+                    ax.plot(m.index, m.to_numpy(), "o:", color=COLORS[ap], mfc="none")
+            Ds = chinchilla_optimal(p["A"], p["B"], p["alpha"], p["beta"], C0 * 2.0 ** fc)[1]
+            ax.axvline(np.log2(Ds / DT0), color="r", ls="--", lw=1)
+            ax.set(xlabel=r"$f_D = \log_2(D_T / D_{T,0})$", ylabel="minimum loss",
+                   title=f"{pair}, $f_C$ = {fc:g}")
+        axes[i, 0].legend(fontsize=6)
+    fig.suptitle("M3 Figure 12 on bible_m3: minimum loss per approach (lines: fitted M3; hollow: "
+                 "observed)")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def fig_parity(fits: dict, df: pd.DataFrame, path: Path):
     pairs = list(fits)
     fig, axes = plt.subplots(1, len(pairs), figsize=(5 * len(pairs), 4.5), squeeze=False,
@@ -853,8 +566,14 @@ def repetition(df: pd.DataFrame) -> pd.DataFrame:
 # Report
 
 
-def md_table(df, digits=3):
-    return ev.markdown_table(df, digits=digits) if len(df) else "_(none)_"
+def fig3_section(df, out: Path, n_starts, seed) -> list[str]:
+    t = fig3_dual_power_law(df, out / "fig3_dual_power_law.png", n_starts, seed)
+    return ["## Figure 3: the dual power law on our k = 1 multi-stage runs", "",
+            "L / L_base(M, D) with each pair's phase-1 base, against r (r_f coloured; filled: "
+            "two-stage, hollow: three-stage) with r_f^-gamma (r/r_f)^-gamma2 fitted on the "
+            "two-stage rows (`bs.fit_two_phase(\"he_dual\", ...)`, base fixed), and the residual "
+            "ratio against r1 and r12 (the paper: near-flat). R^2 of the factor on the ratios:",
+            "", md_table(t), "", "![Figure 3](fig3_dual_power_law.png)", ""]
 
 
 def run(args, df: pd.DataFrame | None = None) -> str:
@@ -868,7 +587,8 @@ def run(args, df: pd.DataFrame | None = None) -> str:
     posterior = "none" if args.quick else args.posterior
     recipe_draws = 0 if args.quick else args.recipe_draws
     settings = [s for s in args.settings.split(",") if s]
-    fitter = Fitter(n_starts=n_starts, seed=args.seed, phase1_missing=args.phase1_missing)
+    fitter = make_fitter(n_starts=n_starts, seed=args.seed,
+                         phase1_missing=args.phase1_missing)
     C0, _, _ = grid_consts()
     cmd = "python analyses/m3_paper.py" + "".join(" " + shlex.quote(a) for a in args.argv)
 
@@ -902,16 +622,24 @@ def run(args, df: pd.DataFrame | None = None) -> str:
            f"{PHASE1_MIN} phase-1 rows on the training side a two-phase fit is impossible "
            "(phase 1 uses only training rows); "
            + ("such a split is skipped and, by App. C.2.3's rule, excluded for every law. "
-              if fitter.phase1_missing == "skip" else
+              if args.phase1_missing == "skip" else
               "here (`--phase1-missing one-phase`) the law is fitted in one phase instead; every "
               "fallback is listed below each table. ")
            + "On the full grid this happens for `r_ge0.5` and `r_ge1` (they hold out every "
            "monolingual row) and `DT_ge-3` (4 phase-1 rows: our low-epoch monolingual runs have "
            "large corpora).",
-           "- M3 -Dual PL (10P: ratio factor r^-gamma) and M3 -g (9P: g = 1) are not in the law "
-           "registry; they are defined in this script from `bayes_scaling.laws.m3`'s building "
-           "blocks. M3 + R_M*(k) is `m3_rmk` (monolingual only, setting (c)); M3 h_Lp is `m3_hlp` "
-           "(App. D.3, Table 14); M3 + gamma2(r1) is `m3_r1` (App. D.4).",
+           "- Every law is a registered one (`bs.laws.get`): M3 -Dual PL is `m3_nodual` (10P: "
+           "ratio factor r^-gamma), M3 -g is `m3_nog` (9P: g = 1), M3 + R_M*(k) is `m3_rmk` "
+           "(monolingual only, setting (c)); M3 h_Lp is `m3_hlp` (App. D.3, Table 14); M3 + "
+           "gamma2(r1) is `m3_r1` (App. D.4); the 2-stage-only baselines of (d2) are `dcpt_m3`, "
+           "`ptpp_floor_m3`, `ptpp_gated_m3`, `ptpp_gated_floor_m3` (read with ptpp = D_1 / "
+           "N_nonemb) and `zhang`, fitted in one phase on the 2-stage rows only.",
+           "- #P: the parameters that move the law's prediction on the setting's rows (a non-zero "
+           "derivative on some row; `m3_common.n_free`), the paper's count of free parameters "
+           "(M3: 11 in (a), 7 in (c) where r = 1 hides R_D,high*, psi, gamma, gamma2, 8 in (d) "
+           "where k = 1 hides R_D*, R_D,high*, psi). `paper #P` is the paper's own column: it "
+           "differs where the paper counts a parameter the setting cannot see (M3's gamma2 in "
+           "(b), ATLAS's tau in (c), Sedova's R_D,s* in (d)).",
            f"- Splits (App. C.2): at least {MIN_ROWS} rows on each side, R^2 on the loss scale "
            "(Eq. 19); a split is excluded for every law of a setting as soon as one law fails or it "
            "is skipped; per pair, the mean over each axis' remaining splits; then the unweighted "
@@ -960,23 +688,27 @@ def run(args, df: pd.DataFrame | None = None) -> str:
         if st.scored:
             for name, title in (("d1", "(d1) 1-stage test rows"), ("d2", "(d2) 2-stage test rows")):
                 md += [f"**{title}**", "",
-                       md_table(r2_table(res[name].table, axes, res[name].detail,
-                                         PAPER_AVG[name]), 2), ""]
+                       md_table(r2_table(res[name].table, axes, srows, res[name].detail,
+                                         PAPER_AVG[name], PAPER_NP[key]), 2), ""]
             d3 = res["d3"].assign(**{"paper Avg": res["d3"]["label"].map(PAPER_AVG["d3"])})
             d3 = d3.rename(columns={"label": "Model"})
             md += ["**(d3) both (macro-average of d1 and d2)**", "", md_table(d3, 2), ""]
             for name in ("d1", "d2"):
                 md += [f"Split status ({name}; `n_train/n_test`):", "",
-                       md_table(split_status(res[name].detail, st.splits)), ""]
+                       md_table(split_status(res[name].detail, st.splits)), "",
+                       f"R^2 per split ({name}; the paper's Tables 11-12):", "",
+                       md_table(per_split(res[name].detail), 2), ""]
             md += [fallback_note(res["d1"].fits), "", ridge_note(res["d1"].fits), ""]
             continue
-        md += [md_table(r2_table(res.table, axes, res.detail, PAPER_AVG[key]), 2), ""]
+        md += [md_table(r2_table(res.table, axes, srows, res.detail, PAPER_AVG[key],
+                                 PAPER_NP[key]), 2), ""]
         if res.per_group is not None and len(res.per_group):
             pg = res.per_group.reset_index().rename(columns={"group": "pair", "law": "Model"})
             md += ["Per pair:", "", md_table(pg, 2), ""]
         md += ["Split status (`n_train/n_test` per pair):", "",
-               md_table(split_status(res.detail, st.splits)), "", fallback_note(res.fits), "",
-               ridge_note(res.fits), ""]
+               md_table(split_status(res.detail, st.splits)), "",
+               "R^2 per split (the paper's Tables 9-10):", "", md_table(per_split(res.detail), 2),
+               "", fallback_note(res.fits), "", ridge_note(res.fits), ""]
 
     # ---- Table 13
     md += ["## Table 13: M3 fitted on every 1- and 2-stage row of each pair", ""]
@@ -999,8 +731,8 @@ def run(args, df: pd.DataFrame | None = None) -> str:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    joint[p] = bs.fit_map(law_of("M3"), rows, delta=DELTA, n_starts=fitter.n_starts,
-                                          seed=fitter.seed)
+                    joint[p] = bs.fit_map(law_of("M3"), rows, delta=DELTA, n_starts=n_starts,
+                                          seed=args.seed)
                 joint[p].settings["phase"] = "one-phase (comparison)"
             except (BayesScalingError, FloatingPointError) as exc:
                 md += [f"- {p}: the one-phase comparison fit failed: {exc}"]
@@ -1173,6 +905,9 @@ def run(args, df: pd.DataFrame | None = None) -> str:
                          for p, s in share.items()) + ".", "",
                "![approach map](fig1_approach_map.png)", ""]
 
+    # ---- Figure 3
+    md += fig3_section(df, out, n_starts, args.seed)
+
     # ---- data checks
     md += ["## What the runs themselves say (no fitting)", ""]
     tv = two_vs_one_stage(df)
@@ -1269,7 +1004,7 @@ def run(args, df: pd.DataFrame | None = None) -> str:
                "log2(D_T/D*(C)) in -6..0, for our fit: " + "; ".join(kspread) +
                ". A property of the fitted law (exact for a fixed ratio schedule); the grid's "
                "runs are too coarse in k to show it directly."]
-    md += ["", f"_Run time: {(time.time() - t0) / 60:.1f} min. Fits: {fitter.timing()}._", ""]
+    md += ["", f"_Run time: {(time.time() - t0) / 60:.1f} min._", ""]
     text = "\n".join(md)
     (out / "m3_paper.md").write_text(text)
     if recipe_rows:
@@ -1283,7 +1018,9 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="8 starts, no posteriors")
     ap.add_argument("--n-starts", type=int, default=PAPER_STARTS)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--settings", default="a,b,c,d", help="subset of a,b,c,d (Table 2 settings)")
+    ap.add_argument("--settings", default="a,b,c,d,d2o",
+                    help="subset of a,b,c,d,d2o (Table 2 settings; d2o: the 2-stage-only "
+                         "baselines of (d2))")
     ap.add_argument("--posterior", choices=("laplace", "none"), default="laplace")
     ap.add_argument("--phase1-missing", choices=("skip", "one-phase"), default="skip",
                     help="a split whose training side has too few phase-1 rows for the two-phase "
@@ -1294,8 +1031,38 @@ def main(argv=None):
     ap.add_argument("--pairs", type=lambda s: s.split(","), default=None)
     ap.add_argument("--table", default=None, help="loss table CSV (default: the bundled bible_m3)")
     ap.add_argument("--out", default=str(OUT), help="output folder")
+    ap.add_argument("--only", choices=("fig3", "fig12"), default=None,
+                    help="only Figure 3 (fig3_dual_power_law.png and .md) or Figure 12 "
+                         "(fig12_per_approach.png and .md)")
     args = ap.parse_args(argv)
     args.argv = argv
+    if args.only == "fig3":
+        df = load_table(args.table)
+        df = df[df["pair"].isin(args.pairs or PAIRS)]
+        cmd = "python analyses/m3_paper.py" + "".join(" " + shlex.quote(a) for a in argv)
+        text = "\n".join([f"Generated by: `{cmd}`", ""] + fig3_section(
+            df, Path(args.out), 8 if args.quick else args.n_starts, args.seed))
+        (Path(args.out) / "fig3_dual_power_law.md").write_text(text)
+        print(text)
+        return 0
+    if args.only == "fig12":
+        df = load_table(args.table)
+        df = df[df["pair"].isin(args.pairs or PAIRS)]
+        fitter = make_fitter(n_starts=8 if args.quick else args.n_starts, seed=args.seed)
+        fits = {p: fit_full(df, p, fitter)[0] for p in dict.fromkeys(df["pair"])}
+        m_bounds = (df["M"].min(), df["M"].max())
+        fig12_per_approach(fits, df, Path(args.out) / "fig12_per_approach.png", m_bounds)
+        cmd = "python analyses/m3_paper.py" + "".join(" " + shlex.quote(a) for a in argv)
+        text = "\n".join([
+            f"Generated by: `{cmd}`", "", "## Figure 12: minimum loss per approach", "",
+            "Per pair (rows) and f_C with runs (columns): the minimum loss of each approach "
+            "against f_D predicted by the pair's M3 fitted on every 1- and 2-stage row "
+            "(two-phase, as Table 13), optimised by `bs.plan.recipe_grid` with M within our "
+            "models' range; hollow markers: the observed minimum of each approach's runs; red "
+            "dashed: D*(C) of the fitted base.", "", "![Figure 12](fig12_per_approach.png)", ""])
+        (Path(args.out) / "fig12_per_approach.md").write_text(text)
+        print(text)
+        return 0
     text = run(args)
     print(text)
     return 0

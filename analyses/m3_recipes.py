@@ -491,17 +491,22 @@ def summary(results, quick, seconds):
              for l, r in rows}
     spacing = {l: (max(abs(x) for x in r["boundary_steps"]) / max(min(abs(x) for x in r["boundary_steps"]), 1e-12))
                for l, r in rows if r["boundary_steps"]}
+    near = [l for l, v in spacing.items() if v < 1.5]
     L.append("   'Equally spaced' shift: ratio of the largest to the smallest step per unit f_C = "
              + "; ".join(f"{NAMES[l]} {v:.1f}" for l, v in spacing.items())
-             + " (1 = perfectly equal; the shift always grows towards larger C, i.e. the threshold "
-             "moves to scarcer corpora as compute grows, but only Indonesian is close to equal "
-             "steps).")
+             + " (1 = perfectly equal; the threshold moves to scarcer corpora as compute grows; "
+             + (f"steps within a factor 1.5 of each other: {', '.join(NAMES[l] for l in near)}"
+                if near else "no language has steps within a factor 1.5 of each other") + ").")
+    jump = max((1 - min(v) for v in jumps.values() if v), default=np.nan)
+    how = ("continuously: 1 - r* just below the threshold is at most "
+           f"{jump:.2f} (the two-stage optimum moves off r = 1 as the corpus shrinks)"
+           if jump < 0.02 else
+           "discontinuously where the r = 1 and r < 1 optima exchange; the jump (1 - r* just "
+           "below the threshold) is " + "; ".join(f"{NAMES[l]} {1 - max(v):.2f}..{1 - min(v):.2f}"
+                                                  for l, v in jumps.items() if v))
     L.append(f"   Threshold below D*(C), log-linear r* below it, threshold nearly aligned across C: "
-             f"{verdict(c7)}. Not in the paper's description: with r continuous, r* leaves 1 "
-             "discontinuously where the r = 1 and r < 1 optima exchange; the jump (1 - r* just below "
-             "the threshold) is " + "; ".join(f"{NAMES[l]} {1 - max(v):.2f}..{1 - min(v):.2f}"
-                                              for l, v in jumps.items() if v) +
-             ". Far below the paper's range r* turns back up (more epochs of the corpus instead of "
+             f"{verdict(c7)}. With r continuous, r* leaves 1 {how}. "
+             "Far below the paper's range r* turns back up (more epochs of the corpus instead of "
              "more high-resource data): " + ", ".join(
                  f"{NAMES[l]} {'yes' if r['r_turns_up_below_range'] else 'no'}" for l, r in rows) + ".")
     L += ["", "## Figures", "",

@@ -482,10 +482,11 @@ def fit_two_phase(law, df, *, base_law=None, phase1=None, delta, n_starts=64, se
     ``laws.m3.phase1_rows``). Phase 2 fixes the shared parameters at their phase-1 values and fits
     the rest of ``law`` on all of ``df``.
 
-    ``base_law`` and ``phase1`` (a boolean mask or a callable ``df -> mask``) default to what the
-    law declares (``Law.base_law``, ``Law.phase1``); a law that declares none needs both. A base
-    that reads a column the law does not read (``chinchilla`` on N under a law on M) is refused:
-    its parameters would not be the law's.
+    ``base_law`` and ``phase1`` default to what the law declares (``Law.base_law``,
+    ``Law.phase1``); a law that declares none needs both. ``phase1`` is a boolean mask, a callable
+    ``df -> mask``, or a DataFrame of phase-1 rows from outside ``df`` (the paper's setting (d),
+    whose own rows are all multilingual). A base that reads a column the law does not read
+    (``chinchilla`` on N under a law on M) is refused: its parameters would not be the law's.
 
     Returns:
         (phase-2 MapFit, phase-1 MapFit)
@@ -504,13 +505,16 @@ def fit_two_phase(law, df, *, base_law=None, phase1=None, delta, n_starts=64, se
         raise FitError(f"base law {base.name} reads {foreign}, which {law.name} does not read: "
                        f"its parameters would not mean the same in {law.name}"
                        + (f"; the law's base is {law.base_law}" if law.base_law else ""))
-    mask = np.asarray(phase1(df) if callable(phase1) else phase1, bool)
-    fit1 = fit_map(base, df[mask], delta=delta, n_starts=n_starts, seed=seed, method=method, **kw)
+    if isinstance(phase1, pd.DataFrame):
+        rows1 = phase1
+    else:
+        rows1 = df[np.asarray(phase1(df) if callable(phase1) else phase1, bool)]
+    fit1 = fit_map(base, rows1, delta=delta, n_starts=n_starts, seed=seed, method=method, **kw)
     shared = {k: v for k, v in fit1.params.items() if k in law.param_names}
     if not shared:
         raise FitError(f"{law.name} shares no parameter names with {base.name}")
     fit2 = fit_map(law, df, delta=delta, n_starts=n_starts, seed=seed + 1, fixed=shared,
                    method=method, **kw)
-    fit2.settings["two_phase"] = {"base_law": base.name, "phase1_rows": int(mask.sum()),
+    fit2.settings["two_phase"] = {"base_law": base.name, "phase1_rows": len(rows1),
                                   "phase1_objective": fit1.objective}
     return fit2, fit1

@@ -1,5 +1,5 @@
-"""Checks on the committed ``bible_m3`` table (the M3 sweep, issue 7), and a synthetic check of
-``analyses/m3_paper.py``'s Table 2 protocol.
+"""Checks on the committed ``bible_m3`` table (the M3 sweep, issue 7). (The synthetic check of
+the M3 analyses' Table 2 protocol is in tests/test_m3_common.py.)
 
 The table checks run on whatever (possibly partial) table is committed; a check is skipped, with
 the reason, only when the rows it needs are not in the table yet. Margins:
@@ -17,9 +17,6 @@ the reason, only when the rows it needs are not in the table yet. Margins:
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +24,6 @@ import pandas as pd
 import pytest
 from conftest import committed_table
 
-import bayes_scaling as bs
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "bayes_scaling" / "datasets" / "bible_m3.csv"
@@ -161,56 +157,3 @@ def test_two_stage_vs_single_stage_at_equal_average_ratio(table, pair):
         assert med < -NOISE, f"{pair}: two-stage no longer better on the median: {d.tolist()}"
     else:
         assert med > NOISE, f"{pair}: two-stage no longer worse on the median: {d.tolist()}"
-
-
-# ------------------------------------------------------------------------------------------------
-# analyses/m3_paper.py on a table simulated from the M3 law
-
-
-def _m3_paper():
-    path = ROOT / "analyses" / "m3_paper.py"
-    spec = importlib.util.spec_from_file_location("m3_paper_script", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod        # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_m3_paper_protocol_picks_m3_on_a_table_simulated_from_m3():
-    """The Table 2 protocol of analyses/m3_paper.py (setting (a), two-phase fits) on our grid
-    (the 393 one- and two-stage runs per pair of training/configs/m3.toml) with losses from the
-    M3 law at its example parameters (M3 Table 13, Japanese) times exp(0.002 eps): M3 must win on
-    average, with R^2 near 1, against Chinchilla and He + Dual PL. Four splits (axes C, M, r, k;
-    every one leaves >= 20 monolingual k <= 4 rows for phase 1), three laws and four starts keep
-    it to three compilations and 18 fits: about 45 s on an idle machine (~2 min at load 8)."""
-    mp = _m3_paper()
-    grid = mp.planned_grid(pairs=("sim",))
-    law = bs.laws.get("m3")
-    rng = np.random.default_rng(0)
-    df = grid.assign(loss=np.asarray(law(law.example, grid)) * np.exp(
-        0.002 * rng.standard_normal(len(grid))))
-    assert len(df) == 393 and df.approach.value_counts().to_dict() == {
-        "multi_2stage": 186, "multi_1stage": 117, "mono_1stage": 90}
-    splits = [s for s in mp.SPLITS if s.name in ("C_ge-1", "M_le0", "r_le0.25", "k_ge16")]
-    t0 = time.time()
-    fitter = mp.Fitter(n_starts=4, seed=0)
-    res = mp.table2(df, "a", laws=("Chinchilla", "He + Dual PL", "M3"), splits=splits,
-                    fitter=fitter)
-    avg = res.table.set_index("label")["Avg"]
-    assert (res.detail.status == "ok").all(), res.detail[res.detail.status != "ok"]
-    assert res.table.n_splits.min() == len(splits)
-    assert avg.idxmax() == "M3", avg
-    assert avg["M3"] > 0.97 and avg["M3"] > avg.drop("M3").max() + 0.05, avg
-    phases = {(lab, f.settings["phase"]) for (_, _, lab), f in res.fits.items()}
-    assert phases == {("Chinchilla", "one-phase"), ("He + Dual PL", "two-phase"),
-                      ("M3", "two-phase")}
-    # at most one phase-1 base per (pair, split), shared by the two two-phase laws (splits whose
-    # training sides hold the same phase-1 rows share it too): identical bases
-    assert len(fitter.bases) + fitter.base_hits == 2 * len(splits)
-    assert len(fitter.bases) <= len(splits)
-    for (pair, split, lab), f in res.fits.items():
-        if lab == "M3":
-            other = res.fits[(pair, split, "He + Dual PL")]
-            for k in ("A", "B", "alpha", "beta", "E"):
-                assert f.params[k] == other.params[k], (split, k)
-    print(f"synthetic Table 2: {time.time() - t0:.0f} s; Avg R^2 {avg.round(3).to_dict()}")

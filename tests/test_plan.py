@@ -354,9 +354,10 @@ def test_recipe_optimum_beats_dense_random_search():
     rng = np.random.default_rng(0)
     n = 200_000
     u = np.stack([rng.uniform(np.log(1e-6), np.log(1e4), n), rng.uniform(np.log(1e-3), 0, n),
-                  rng.uniform(0, 1, n)], -1)
+                  rng.uniform(np.log(1e-3), 0, n)], -1)      # log D/D_T, log r_f, log(r / r_f)
     f = np.asarray(fn({k: jnp.asarray(v) for k, v in law.params.items()}, jnp.full((1, 1), C),
-                      jnp.full((1, 1), D_T), jnp.asarray(u[None]), 0.0, np.inf))[0]
+                      jnp.full((1, 1), D_T), jnp.asarray(u[None]), 0.0, np.inf, 0.0, np.inf,
+                      1e-3, 1.0))[0]
     assert rc["multi_2stage"]["loss"] <= f.min() + 1e-12
     assert rc["multi_2stage"]["r_f"] == pytest.approx(1.0)
 

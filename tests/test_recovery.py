@@ -141,6 +141,9 @@ GRIDS = {
     "m3_rmk": grid_m3_mono,
     "m3_hlp": grid_m3_all,
     "m3_r1": grid_m3_all,
+    "m3_nodual": grid_m3_all, "m3_nog": grid_m3_all,
+    "m3_rmkr_nog": grid_m3_all, "m3_rmkr": grid_m3_all, "m3_rmk_g": grid_m3_all,
+    "m3_rmk_hlp": grid_m3_mono,
     "dcpt_m3": grid_m3_two_stage_k1, "ptpp_floor_m3": grid_m3_two_stage_k1,
     "ptpp_gated_m3": grid_m3_two_stage_k1, "ptpp_gated_floor_m3": grid_m3_two_stage_k1,
 }
@@ -169,6 +172,8 @@ TOL: dict[str, dict[str, float]] = {
     "m3_hlp": {**_BASE, **_SAT, "gamma": 0.02, "gamma2": 0.05, "p": 0.1},
     "m3_r1": {**_BASE, **_SAT, "gamma": 0.02},
     "m3_rmk": {**_BASE, "RD_star": 0.08, "a": 0.1, "b": 0.1, "c": 0.2},
+    "m3_nodual": {**_BASE, **_SAT, "gamma": 0.02},
+    "m3_nog": {**_BASE, "RD_star": 0.05, "RM_star": 0.1, "gamma": 0.02, "gamma2": 0.05},
     "dcpt": _PTPP,  # alpha: 4 sizes over 8x, and E is entangled with the barrier (no PTPP term)
     "ptpp_floor": {**_PTPP, "alpha": 0.05, "F": 0.05, "eta": 0.05},
     "ptpp_gated": {**_PTPP, "alpha": 0.12, "lam": 0.05, "zeta": 0.1},

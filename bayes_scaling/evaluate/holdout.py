@@ -100,10 +100,9 @@ def ptpp_holdout(
     4. Baselines (``baselines``):
 
        - ``"transfer"``: the PTPP-agnostic ``baseline_law`` (default ``dcpt``) fitted on the
-         training stages only,
-         applied unchanged at the test stage. It is never given the anchors (the paper's appendix
-         reports the same D-CPT transfer row with and without anchors); it is scored on the same
-         rows as the other laws.
+         training stages only, applied unchanged at the test stage. It is never given the anchors,
+         and it is scored on every test-stage row (the anchors are held out for it too), so its
+         row is the same with and without anchors, as the PTPP paper's appendix reports it.
        - ``"oracle"``: ``baseline_law`` fitted on *every* test-stage row (anchors included) and
          scored on the scored rows: an in-sample upper bound (PTPP paper Appendix B).
 
@@ -195,12 +194,15 @@ def ptpp_holdout(
     table, detail, fits = [], [], {}
     base_cols = [c for c in ("N", "D", "replay", "ptpp", "loss") if c in test.columns]
 
+    def scored_mask(role):
+        return np.ones(len(test), bool) if role == "transfer" else ~anchor
+
     def record(label, law, kind, role, n_fit, pred_test, lo=None, hi=None, extra=None, status="ok"):
-        pred_scored = pred_test[~anchor]
+        sc = scored_mask(role)
         row = {"label": label, "law": law.name, "fit": kind, "role": role, "n_fit": n_fit,
-                   "n_scored": len(scored), "n_anchors": int(anchor.sum()), "status": status}
+               "n_scored": int(sc.sum()), "n_anchors": int(anchor.sum()), "status": status}
         try:
-            row.update(_metrics.score(scored["loss"], pred_scored, delta=delta))
+            row.update(_metrics.score(test["loss"][sc], pred_test[sc], delta=delta))
         except DataError as exc:  # non-positive or non-finite predictions
             row.update({m: np.nan for m in POINT_METRICS})
             row["status"] = f"invalid predictions: {exc}"
@@ -215,7 +217,7 @@ def ptpp_holdout(
         d["lower"] = np.nan if lo is None else lo
         d["upper"] = np.nan if hi is None else hi
         d["anchor"] = anchor
-        d["scored"] = ~anchor
+        d["scored"] = sc
         detail.append(d)
 
     for label, law, role, rows_fit in jobs:
@@ -224,7 +226,7 @@ def ptpp_holdout(
         except (FitError, DataError) as exc:
             nan = np.full(len(test), np.nan)
             row = dict(label=label, law=law.name, fit="map", role=role, n_fit=len(rows_fit),
-                       n_scored=len(scored), n_anchors=int(anchor.sum()),
+                       n_scored=int(scored_mask(role).sum()), n_anchors=int(anchor.sum()),
                        status=f"fit failed: {exc}", **{m: np.nan for m in POINT_METRICS})
             table.append(row)
             d = test[base_cols].copy()
@@ -232,7 +234,7 @@ def ptpp_holdout(
             d.insert(0, "fit", "map")
             d.insert(0, "label", label)
             d["pred"], d["lower"], d["upper"] = nan, nan, nan
-            d["anchor"], d["scored"] = anchor, ~anchor
+            d["anchor"], d["scored"] = anchor, scored_mask(role)
             detail.append(d)
             continue
         fits[(label, "map")] = fit
@@ -247,8 +249,8 @@ def ptpp_holdout(
             post = fit_posterior(law, rows_fit, **pkw)
             fits[(label, "posterior")] = post
             point, lo, hi, draws, loglik, n_bad = posterior_predictions(post, test, interval)
-            sc = ~anchor
-            prob = probabilistic_scores(draws[:, sc], scored["loss"].to_numpy(float),
+            sc = scored_mask(role)
+            prob = probabilistic_scores(draws[:, sc], test["loss"].to_numpy(float)[sc],
                                         loglik=None if loglik is None else loglik[:, sc])
             prob["nonfinite_draws"] = n_bad
             record(label, law, "posterior", role, len(rows_fit), point, lo, hi, extra=prob)

@@ -1,6 +1,6 @@
 """Laws of Akimoto et al., *M3 Scaling Law* (arXiv 2410.12325): the M3 law (Eqs. 7-12, 20-22) and
-the baselines as the authors re-implemented them (Appendix C.3). Eq. 23 (R_M*(k, r), an ablation
-of App. D.5 that the paper does not adopt) is not registered.
+the baselines as the authors re-implemented them (Appendix C.3), and the ablations of Table 2 and
+Table 16 (R_M*(k, r), Eq. 23; App. D.5), registered at the end of this file.
 
 Notation (M3 paper, Table 3; the canonical columns of DESIGN.md):
 
@@ -617,3 +617,159 @@ ptpp_gated_m3 = _two_stage(_ptpp.ptpp_gated, "ptpp_gated_m3", "PTPP-F2, 10P",
                            {**_EX_PTPP_M3, "lam": 0.5, "zeta": 0.5})
 ptpp_gated_floor_m3 = _two_stage(_ptpp.ptpp_gated_floor, "ptpp_gated_floor_m3", "PTPP-F3, 12P",
                                  {**_EX_PTPP_M3, "lam": 0.5, "zeta": 0.5, "F": 1.5, "eta": 0.4})
+
+# --- ablations of M3 Table 2 (a) and Table 16 (App. D.5) ------------------------------------------
+
+
+def rm_star_kr(k, r, a, b, c, d):
+    """R_M*(k, r) = R_M*(k) r^-d = (a / (k - 1)^b + c) r^-d  (M3 Eq. 23, App. D.5.1; Eq. 7).
+
+    ``inf`` at k = 1 (M' = M); larger (weaker saturation) at smaller r for d > 0.
+    """
+    return rm_star_k(k, a, b, c) * r ** -d
+
+
+def inv_rm_star_kr(k, r, a, b, c, d):
+    """1 / R_M*(k, r) = r^d / R_M*(k): finite (0) at k = 1, with finite gradients (Eq. 23)."""
+    return inv_rm_star_k(k, a, b, c) * jnp.exp(d * jnp.log(r))
+
+
+def _m3_nodual(p, x):
+    return _m3_loss(
+        p, x,
+        h_data=saturation(x["k"] - 1.0, p["RD_star"]),
+        inv_RM_star=1.0 / p["RM_star"],
+        log_ratio=-p["gamma"] * jnp.log(x["r"]),
+    )
+
+
+def _m3_variant(p, x, *, inv_RM_star, with_g):
+    """M3 (Eqs. 8-12) with a given 1/R_M* and, without g, D' = D_T [h(k-1; R_D*) + k (1-r)/r]."""
+    if with_g:
+        return _m3_loss(
+            p, x,
+            h_data=saturation(x["k"] - 1.0, p["RD_star"]),
+            inv_RM_star=inv_RM_star,
+            log_ratio=log_dual_ratio_factor(x["r"], _final_ratio(x), p["gamma"], p["gamma2"]),
+        )
+    return _m3_loss(
+        {**p, "RDh_star": jnp.inf, "psi": 1.0}, x,   # exp(-R_D / inf) = 1: g = 1 (Eq. 9)
+        h_data=saturation(x["k"] - 1.0, p["RD_star"]),
+        inv_RM_star=inv_RM_star,
+        log_ratio=log_dual_ratio_factor(x["r"], _final_ratio(x), p["gamma"], p["gamma2"]),
+    )
+
+
+def _m3_nog(p, x):
+    return _m3_variant(p, x, inv_RM_star=1.0 / p["RM_star"], with_g=False)
+
+
+def _m3_rmkr_nog(p, x):
+    inv = inv_rm_star_kr(x["k"], x["r"], p["a"], p["b"], p["c"], p["d"])
+    return _m3_variant(p, x, inv_RM_star=inv, with_g=False)
+
+
+def _m3_rmkr(p, x):
+    inv = inv_rm_star_kr(x["k"], x["r"], p["a"], p["b"], p["c"], p["d"])
+    return _m3_variant(p, x, inv_RM_star=inv, with_g=True)
+
+
+def _m3_rmk_g(p, x):
+    inv = inv_rm_star_k(x["k"], p["a"], p["b"], p["c"])
+    return _m3_variant(p, x, inv_RM_star=inv, with_g=True)
+
+
+_D_EXP = Param("d", 0.0, 5.0, (0.01, 1.0), False,
+               "ratio exponent of R_M*(k, r) = R_M*(k) r^-d (Eq. 23); not in Table 6: the paper "
+               "asks d > 0; [0, 5] like an exponent, init [0.01, 1]")
+_RATIO = (_GAMMA, _GAMMA2)
+_G = (_RDH, _PSI)
+_RMK_EX = {"a": 20.0, "b": 1.0, "c": 5.0}
+
+m3_nodual = register(Law(
+    name="m3_nodual",
+    params=_BASE + (_RD_star(), _RDH, _PSI, _RM_star(), _GAMMA),
+    variables=("M", "D_T", "k", "r"),
+    fn=_m3_nodual,
+    equation="M3 with R_dual -> r^-gamma: L = (A/M'^alpha + B/D'^beta + E) r^-gamma, D', M' as in "
+             "`m3`  (M3 Table 2 '-Dual PL', 10P)",
+    defaults=dict(_MONO),
+    description="Ablation of M3 Table 2 (a)/(d): the dual power law (Eq. 8) replaced by He's power "
+                "of the average ratio; two-stage rows are read through r only. Fit two-phase. "
+                "Example: Table 13 (ja) without gamma2.",
+    example={k: v for k, v in _EX.items() if k != "gamma2"},
+))
+
+m3_nog = register(Law(
+    name="m3_nog",
+    params=_BASE + (_RD_star(), _RM_star()) + _RATIO,
+    variables=m3.variables,
+    fn=_m3_nog,
+    equation="M3 with g = 1: D' = D_T [h(k-1; R_D*) + k (1-r)/r]  (M3 Table 2 '-g'; Table 16 "
+             "'R_M* = const + g = 1', 9P)",
+    defaults=dict(_STAGES),
+    description="Ablation of M3 Table 2 (a): no high-resource weight g (Eq. 9), every helper token "
+                "counts fully in D'. Fit two-phase. Example: Table 13 (ja) without R_D,high*, psi.",
+    example={k: v for k, v in _EX.items() if k not in ("RDh_star", "psi")},
+))
+
+m3_rmkr_nog = register(Law(
+    name="m3_rmkr_nog",
+    params=_BASE + (_RD_star(),) + _RMK + (_D_EXP,) + _RATIO,
+    variables=m3.variables,
+    fn=_m3_rmkr_nog,
+    equation="M3 with M' = U_M h(M/U_M - 1; R_M*(k, r)), R_M*(k, r) = (a/(k-1)^b + c) r^-d, "
+             "g = 1  (M3 Eq. 23, Table 16 'R_M*(k, r) + g = 1', 12P)",
+    defaults=dict(_STAGES),
+    description="Table 16 variant: the (k, r) dependence carried by R_M* alone (g = 1). Fit "
+                "two-phase. Example: Table 13 (ja); a, b, c, d illustrative.",
+    example={**{k: v for k, v in _EX.items() if k not in ("RDh_star", "psi", "RM_star")},
+             **_RMK_EX, "d": 0.5},
+))
+
+m3_rmkr = register(Law(
+    name="m3_rmkr",
+    params=_BASE + (_RD_star(),) + _G + _RMK + (_D_EXP,) + _RATIO,
+    variables=m3.variables,
+    fn=_m3_rmkr,
+    equation="M3 with R_M* -> R_M*(k, r) = (a/(k-1)^b + c) r^-d and g of Eq. 9  (M3 Eq. 23, "
+             "Table 16 'R_M*(k, r) + g(r, R_D)', 14P)",
+    defaults=dict(_STAGES),
+    description="Table 16 variant: the (k, r) dependence carried by both R_M* and g. Fit "
+                "two-phase. Example: Table 13 (ja); a, b, c, d illustrative.",
+    example={**{k: v for k, v in _EX.items() if k != "RM_star"}, **_RMK_EX, "d": 0.5},
+))
+
+m3_rmk_g = register(Law(
+    name="m3_rmk_g",
+    params=_BASE + (_RD_star(),) + _G + _RMK + _RATIO,
+    variables=m3.variables,
+    fn=_m3_rmk_g,
+    equation="M3 with R_M* -> R_M*(k) = a/(k-1)^b + c (Eq. 7) and g of Eq. 9  (M3 Table 16 "
+             "'R_M*(k) + g(r, R_D)', 13P)",
+    defaults=dict(_STAGES),
+    description="Table 16 variant: multilingual M3 with the k-dependent R_M*(k) of `m3_rmk`. Fit "
+                "two-phase. Example: Table 13 (ja); a, b, c illustrative.",
+    example={**{k: v for k, v in _EX.items() if k != "RM_star"}, **_RMK_EX},
+))
+
+
+def _m3_rmk_hlp(p, x):
+    log_Dp = jnp.log(x["D_T"]) + jnp.log(saturation_lp(x["k"] - 1.0, p["RD_star"], p["p"]))
+    log_U = log_compute_optimal_size(jnp.log(x["D_T"]), p["A"], p["B"], p["alpha"], p["beta"])
+    inv = inv_rm_star_k(x["k"], p["a"], p["b"], p["c"])
+    return _lbase_log(p, _log_effective_model(jnp.log(x["M"]), log_U, inv), log_Dp)
+
+
+m3_rmk_hlp = register(Law(
+    name="m3_rmk_hlp",
+    params=m3_rmk.params + (_P,),
+    variables=m3_rmk.variables,
+    fn=_m3_rmk_hlp,
+    equation="`m3_rmk` with D' = D_T h_Lp(k-1; R_D*, p)  (M3 Eq. 20 with Eq. 7, Table 14 "
+             "'1-stage monolingual, with R_M*(k)', 10P)",
+    defaults={"k": 1.0},
+    description="Monolingual multi-epoch M3 with R_M*(k) and the sharper target-data multiplier "
+                "h_Lp (Table 14). Fit two-phase. Example: `m3_rmk`'s, p = 4 (illustrative).",
+    example={**m3_rmk.example, "p": 4.0},
+))

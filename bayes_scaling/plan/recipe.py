@@ -44,10 +44,13 @@ def chinchilla_optimal(A, B, alpha, beta, C):
 def _settings(u, approach, C, D_T):
     """Decision vector -> recipe columns.
 
-    ``u`` (..., d) = (log(D / D_T) [, log r [, t]]): total tokens relative to the corpus, the
-    average ratio, and ``t`` with ``r_f = r + t (1 - r)``; then ``k = r D / D_T`` (M3 Eq. 24) and
-    ``M = C / D``. Searching in D rather than k removes the k-r valley (at fixed D, trading k
-    against r only changes the repetition terms).
+    ``u`` (..., d) = (log(D / D_T) [, log r]) for the one-stage approaches and
+    (log(D / D_T), log r_f, log(r / r_f)) for multi 2-stage: total tokens relative to the corpus,
+    the ratios; then ``k = r D / D_T`` (M3 Eq. 24) and ``M = C / D``. Searching in D rather than k
+    removes the k-r valley (at fixed D, trading k against r only changes the repetition terms).
+    Every coordinate moves the loss everywhere: mono 1-stage is the corner r_f = r/r_f = 1, from
+    which both a lower r (at r_f = 1) and a lower r_f are one step away. (A coordinate such as
+    ``(r_f - r) / (1 - r)`` has no effect at r = 1, which makes r = 1 a false local minimum.)
 
     ``k < 1`` means training once on the first ``k D_T`` tokens of the corpus (a subset): it is
     evaluated as ``k = 1`` on a corpus of ``k D_T`` tokens, so a data-rich corpus (D_T > D*(C))
@@ -57,9 +60,12 @@ def _settings(u, approach, C, D_T):
     if approach == "mono_1stage":
         r = jnp.ones_like(D_rel)
         r_f = r
-    else:
+    elif approach == "multi_1stage":
         r = jnp.exp(u[..., 1])
-        r_f = r if approach == "multi_1stage" else r + u[..., 2] * (1.0 - r)
+        r_f = r
+    else:
+        r_f = jnp.exp(u[..., 1])
+        r = jnp.exp(u[..., 1] + u[..., 2])
     k = r * D_rel
     D = D_rel * D_T
     M = C / D
@@ -79,11 +85,12 @@ _RECIPE_FNS: dict = {}
 
 
 def _recipe_fn(law: Law, approach: str, mean_over_draws: bool):
-    """jit(params, C (B, 1), D_T (B, 1), u (B, P, d), M and k bounds) -> loss (B, P); +inf outside."""
+    """jit(params, C (B, 1), D_T (B, 1), u (B, P, d), M, k and r bounds) -> loss (B, P); +inf
+    outside the bounds."""
     key = (law.fn, tuple(sorted(law.column_map.items())), tuple(law.variables), approach,
            mean_over_draws)
     if key not in _RECIPE_FNS:
-        def f(params, C, D_T, u, m_lo, m_hi, k_lo=0.0, k_hi=jnp.inf):
+        def f(params, C, D_T, u, m_lo, m_hi, k_lo=0.0, k_hi=jnp.inf, r_lo=0.0, r_hi=1.0):
             cols = _settings(u, approach, C, D_T)
             if mean_over_draws:  # params (S, 1, 1) against (1, P): expected loss over draws
                 cols = {k: v[None] for k, v in cols.items()}
@@ -91,9 +98,10 @@ def _recipe_fn(law: Law, approach: str, mean_over_draws: bool):
             else:  # params (B,) matched with rows (B, P)
                 p = {k: v[:, None] for k, v in params.items()}
             L = law.fn(p, _recipe_inputs(law, cols))
-            M, k = cols["M"], cols["k_nominal"]
+            M, k, r = cols["M"], cols["k_nominal"], cols["r"]
             bad = (~jnp.isfinite(L) | (M < m_lo) | (M > m_hi) | (k < k_lo * (1 - 1e-12))
-                   | (k > k_hi * (1 + 1e-12)))
+                   | (k > k_hi * (1 + 1e-12)) | (r < r_lo * (1 - 1e-12))
+                   | (r > r_hi * (1 + 1e-12)))
             L = jnp.where(bad, jnp.inf, L)
             return jnp.mean(L, axis=0) if mean_over_draws else L
 
@@ -188,15 +196,17 @@ def _zoom(fun, lo, hi, B, g0, g, n_zoom, n_starts=3):
 
 
 def _bounds(approach, k_bounds, r_bounds):
-    """Search box in u = (log D/D_T, log r, t): D/D_T = k / r spans [k_lo, k_hi / r_lo]."""
+    """Search box of u (:func:`_settings`): D/D_T = k / r spans [k_lo, k_hi / r_lo]; log r (one
+    stage) spans log r_bounds; log r_f spans [log r_lo, 0] and log(r / r_f) [log r_lo, 0] (two
+    stages; the corner where r < r_lo is outside the bounds: +inf)."""
     lo = [math.log(k_bounds[0])]
     hi = [math.log(k_bounds[1]) - (0.0 if approach == "mono_1stage" else math.log(r_bounds[0]))]
-    if approach != "mono_1stage":
+    if approach == "multi_1stage":
         lo.append(math.log(r_bounds[0]))
         hi.append(math.log(r_bounds[1]))
     if approach == "multi_2stage":
-        lo.append(0.0)
-        hi.append(1.0)
+        lo += [math.log(r_bounds[0])] * 2
+        hi += [0.0, 0.0]
     return np.array(lo), np.array(hi)
 
 
@@ -237,8 +247,8 @@ def _optimise(draws: ParamDraws, C, D_T, approach, *, per_draw, k_bounds, r_boun
             pb = {k: jnp.asarray(v[drw[idx_p]]) for k, v in draws.params.items()}
         else:
             pb = {k: jnp.asarray(v) for k, v in draws.params.items()}
-        u, f = _zoom(lambda uu: fn(pb, Cb, Db, uu, m_lo, m_hi, k_lo, k_hi), lo, hi, idx_p.size,
-                     g0, g, n_zoom)
+        u, f = _zoom(lambda uu: fn(pb, Cb, Db, uu, m_lo, m_hi, k_lo, k_hi, *r_bounds), lo, hi,
+                     idx_p.size, g0, g, n_zoom)
         us.append(u[: idx.size])
         fs.append(f[: idx.size])
     u = np.concatenate(us)
@@ -367,9 +377,12 @@ def recipe(fit_or_posterior, *, C: float, D_T: float, approaches=APPROACHES, k_b
     The multi approaches include their limits (r -> 1 is mono; r_f = r is single-stage), so the
     best approach is chosen with ties going to the simpler one.
 
-    The search runs over (log D/D_T, log r, (r_f - r)/(1 - r)) (D: total tokens): a grid whose
-    lowest local minima each start a sequence of zoomed grids, vectorised over draws and cells. The decision for a posterior minimises the posterior expected loss;
-    intervals come from the per-draw optima.
+    The search runs over (log D/D_T, log r) for one stage and (log D/D_T, log r_f, log(r/r_f))
+    for two (D: total tokens; every coordinate moves the loss, so mono 1-stage, the corner
+    r = r_f = 1, is no false local minimum of the two-stage search): a grid whose lowest local
+    minima each start a sequence of zoomed grids, vectorised over draws and cells. The decision
+    for a posterior minimises the posterior expected loss; intervals come from the per-draw
+    optima.
 
     Args:
         fit_or_posterior: ``MapFit``, ``Posterior`` or :class:`ParamDraws` of a law on the recipe
@@ -402,10 +415,10 @@ def recipe(fit_or_posterior, *, C: float, D_T: float, approaches=APPROACHES, k_b
                "at_bound": bool(dec["at_bound"][0])}
         # Loss at the decision, per draw.
         u = [math.log(row["D"] / D_T)]
-        if ap != "mono_1stage":
+        if ap == "multi_1stage":
             u.append(math.log(row["r"]))
         if ap == "multi_2stage":
-            u.append(0.0 if row["r"] >= 1 else (row["r_f"] - row["r"]) / (1 - row["r"]))
+            u += [math.log(row["r_f"]), math.log(row["r"] / row["r_f"])]
         fn = _recipe_fn(draws.law, ap, mean_over_draws=False)
         Ls = np.asarray(fn({k: jnp.asarray(v) for k, v in draws.params.items()},
                            jnp.full((S, 1), float(C)), jnp.full((S, 1), float(D_T)),
