@@ -18,18 +18,12 @@ from .laws import COLUMNS, TASKS, get, task_laws  # noqa: F401
 
 ENV_VAR = "BAYES_SCALING_SCALEBENCH"
 
-#: target column and cost of one run of each task (SOURCE.md).
+#: target column of each task (SOURCE.md).
 TARGETS = {
     "data_constrained_scaling_law": "loss",
     "farseer_scaling_law": "loss",
     "parallel_scaling_law": "loss",
     "vocab_scaling_law": "unigram_normalized_loss",
-}
-COSTS = {
-    "data_constrained_scaling_law": "6ND",
-    "farseer_scaling_law": "6ND",
-    "parallel_scaling_law": "N",
-    "vocab_scaling_law": "PD",
 }
 
 
