@@ -137,7 +137,7 @@ def _fit_group(st: State, fit_method: str):
     x = {v: a[st.observed] for v, a in g.x.items()}
     y = g.y[st.observed]
     starts = least_squares(law, x, y, uniform_starts(law, N_STARTS, st.rng), method=fit_method)
-    post = LaplaceMixture.from_starts(law, x, y, starts, pool=g) if starts.ok else None
+    post = LaplaceMixture.from_starts(law, g, st.observed, starts) if starts.ok else None
     return starts.best, post
 
 

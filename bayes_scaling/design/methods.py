@@ -16,7 +16,8 @@ Baselines as ScaleBench defines them (Li et al. 2026, arXiv 2604.22753; its repo
 
 Ours:
 
-- ``bayes``: the same pilot, then runs (in batches of ``batch`` once ``n_params`` runs are in)
+- ``bayes``: the same pilot, then runs (in batches of ``max(batch, n_bought // 8)`` once
+  ``n_params`` runs are in)
   maximising the expected reduction of the summed target-region forecast variance per unit cost,
   from the Laplace-mixture posterior with its modes and its discrepancy term
   (:meth:`.posterior.LaplaceMixture.joint_cov`); a batch is chosen greedily, conditioning the joint
@@ -95,7 +96,7 @@ class _ModelBased(Method):
         if starts.ok:
             good = np.argsort(starts.sse)[: REFIT_STARTS // 2]
             state.memory["warm"] = starts.theta[good[np.isfinite(starts.sse[good])]]
-        return x, starts
+        return starts
 
 
 class _Classical(_ModelBased):
@@ -110,7 +111,7 @@ class _Classical(_ModelBased):
         aff = state.affordable(state.final_budget)
         if not len(aff):
             return aff
-        _, starts = self.refit(state)
+        starts = self.refit(state)
         if not starts.ok:
             return aff[[int(np.argmin(state.group.cost[aff]))]]
         theta = starts.best
@@ -160,7 +161,7 @@ class Bayes(_ModelBased):
     """Expected reduction of the target-region forecast variance per unit cost, from the
     Laplace-mixture posterior (modes and discrepancy included); greedy batches."""
 
-    def __init__(self, batch: int = 1, cost_power: float = 1.0, discrepancy: float = 1.0):
+    def __init__(self, batch: int = 4, cost_power: float = 1.0, discrepancy: float = 1.0):
         self.batch = int(batch)
         self.cost_power = float(cost_power)
         self.discrepancy = float(discrepancy)
@@ -172,15 +173,19 @@ class Bayes(_ModelBased):
         aff = state.affordable(state.final_budget)
         if not len(aff):
             return aff
-        x, starts = self.refit(state)
+        if batch > 1:  # batches grow with the runs bought: one refit per ~12% more runs
+            batch = max(batch, len(state.observed) // 8)
+        starts = self.refit(state)
         if not starts.ok:
             return aff[[int(np.argmin(state.group.cost[aff]))]]
         g = state.group
-        post = LaplaceMixture.from_starts(state.law, x, g.y[state.observed], starts, pool=g,
+        post = LaplaceMixture.from_starts(state.law, g, state.observed, starts,
                                           discrepancy=self.discrepancy)
         nt = len(g.y_test)
-        rows = {v: np.concatenate([g.x_test[v], g.x[v][aff]]) for v in g.x}
+        rows = {v: np.concatenate([g.x_test[v], g.x[v]]) for v in g.x}
         C = post.joint_cov(rows)
+        keep = np.concatenate([np.arange(nt), nt + aff])
+        C = C[np.ix_(keep, keep)]
         return aff[self.greedy(C, nt, post.sigma2, g.cost[aff] / state.total, batch,
                                state.final_budget - state.spent, g.cost[aff])]
 

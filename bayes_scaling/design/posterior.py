@@ -63,15 +63,15 @@ class LaplaceMixture:
     x_ref: dict  # the pool, which standardises inputs
 
     @classmethod
-    def from_starts(cls, law: Law, x: dict, y, starts: Starts, *, pool, discrepancy: float = 1.0):
-        """Build from a multi-start least-squares fit of ``law`` to the observed ``(x, y)``;
-        ``pool`` (a :class:`~bayes_scaling.design.task.Group`) gives the input scale and the
-        target variance of the noise prior."""
-        y = np.asarray(y, float)
+    def from_starts(cls, law: Law, pool, observed, starts: Starts, *, discrepancy: float = 1.0):
+        """Build from a multi-start least-squares fit of ``law`` to the runs ``observed`` (indices
+        into ``pool``, a :class:`~bayes_scaling.design.task.Group`, which also gives the input
+        scale and the target variance of the noise prior). Jacobians are taken over the whole
+        pool (one compiled program per law, whatever the number of runs bought)."""
+        observed = np.asarray(observed, dtype=int)
         ok = np.isfinite(starts.sse)
         order = np.argsort(np.where(ok, starts.sse, np.inf))[: int(ok.sum())]
-        sigma2 = noise_variance(float(starts.sse[order[0]]), len(y), pool.y)
-        xj = {k: jnp.asarray(v) for k, v in x.items()}
+        sigma2 = noise_variance(float(starts.sse[order[0]]), len(observed), pool.y)
         keep, preds = [], []
         for i in order:
             if (starts.sse[i] - starts.sse[order[0]]) / (2 * sigma2) > LOGW_DROP:
@@ -85,26 +85,28 @@ class LaplaceMixture:
             preds.append(p)
             if len(keep) == MAX_MODES:
                 break
+        if not keep:  # every start predicts a non-finite value somewhere in the pool
+            keep = [order[0]]
+        xj = {k: jnp.asarray(v) for k, v in pool.x.items()}
         us, covs, logw = [], [], []
         for i in keep:
             u = np.clip(np.asarray(to_unconstrained(law, jnp.asarray(starts.theta[i]))),
                         -U_CLIP, U_CLIP)
             _, J = jacobian_u(law)(jnp.asarray(u), xj)
-            J = np.nan_to_num(np.asarray(J))
+            J = np.nan_to_num(np.asarray(J)[observed], nan=0.0, posinf=0.0, neginf=0.0)
             s = 1.0 / (1.0 + np.exp(-u))
-            prior_prec = s * (1.0 - s)
-            H = J.T @ J / sigma2 + np.diag(prior_prec + 1e-12)
+            H = J.T @ J / sigma2 + np.diag(s * (1.0 - s) + 1e-12)
             w, V = np.linalg.eigh(H)
             w = np.maximum(w, 1e-10 * max(w.max(), 1e-12))
-            cov = (V / w) @ V.T
             logprior = float(np.sum(np.log(s + 1e-300) + np.log1p(-s + 1e-300)))
             logw.append(-starts.sse[i] / (2 * sigma2) + logprior - 0.5 * np.sum(np.log(w)))
             us.append(u)
-            covs.append(cov)
+            covs.append((V / w) @ V.T)
         logw = np.array(logw)
         wts = np.exp(logw - logw.max())
+        z_pool = log_inputs(law, pool.x, pool.x)
         return cls(law, np.array(us), np.array(covs), wts / wts.sum(), sigma2,
-                   discrepancy * sigma2, log_inputs(law, x, pool.x), pool.x)
+                   discrepancy * sigma2, z_pool[observed], pool.x)
 
     # --- the discrepancy GP, conditioned on the observed runs -------------------------------------
     def discrepancy_cov(self, za, zb=None) -> np.ndarray:
