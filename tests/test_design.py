@@ -69,13 +69,13 @@ def test_cheapest_buys_in_cost_order_and_holds_over_the_run_that_does_not_fit(ta
     total = cost.sum()
     prefix = np.cumsum(cost)
     prev = 0
-    for _, r in res.iterrows():
-        # the k cheapest runs, k the most the budget allows, plus the one held over from before
-        k = int(np.searchsorted(prefix, r.budget * total, side="right"))
-        assert r.n_runs in (k, prev + 1) and r.n_runs >= prev
-        assert r.cost_spent == pytest.approx(prefix[r.n_runs - 1])
-        assert r.cost_spent <= r.budget * total * (1 + 1e-12) or r.n_runs == prev + 1
-        prev = r.n_runs
+    for budget, n_runs, spent in zip(res.budget, res.n_runs, res.cost_spent):
+        # the k cheapest runs, k the most the budget allows, or one more: the run held over
+        k = int(np.searchsorted(prefix, budget * total, side="right"))
+        assert n_runs in (k, prev + 1) and n_runs >= prev
+        assert spent == pytest.approx(prefix[n_runs - 1])
+        assert spent <= budget * total * (1 + 1e-12) or n_runs == prev + 1
+        prev = n_runs
 
 
 def test_executor_gives_the_serial_result_and_the_job_is_picklable(task):
