@@ -122,7 +122,7 @@ class _Classical(_ModelBased):
         scale = np.where(pos, theta, 1.0)
         sd = np.where(pos, (np.log(hi) - np.log(np.where(pos, lo, 1.0))) / 4, (hi - lo) / 4)
         n = len(state.observed)
-        s2 = (2.0 * 2.0 * np.var(g.y) + 0.5 * float(starts.sse.min())) / (2.0 + 0.5 * n - 1.0)
+        s2 = (2.0 * np.var(g.y) + 0.5 * float(starts.sse.min())) / (2.0 + 0.5 * n - 1.0)
         J = self._jac(law, theta, g.x) * scale
         Jo = J[state.observed]
         H = Jo.T @ Jo / s2 + np.diag(1.0 / sd ** 2)

@@ -9,7 +9,9 @@ with ``z`` the log inputs standardised over the pool. The posterior of theta is 
 one Gaussian per distinct local minimum of the least-squares fit (in the unconstrained
 coordinates of :class:`~bayes_scaling.laws.Param`, where the box prior is a standard logistic
 density), weighted by its Laplace evidence. ``sigma^2`` is the posterior mean under an
-inverse-gamma prior IG(a0, a0 s0^2), s0^2 = 1e-3 Var(pool targets).
+inverse-gamma prior IG(a0, a0 s0^2), s0^2 = 1e-3 Var(pool targets), and
+``s_d = max(sigma, 0.1 sd(pool targets))``: a misfit the runs bought cannot reveal near them but
+that grows away from them.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ U_CLIP = 30.0  # unconstrained coordinates of a parameter sitting on its bound
 MAX_MODES = 4
 LOGW_DROP = 10.0  # modes whose log weight is more than this below the best are dropped
 A0, S0_REL = 2.0, 1e-3
+DISC_REL = 0.1  # prior scale of the law's misfit away from the runs: 10% of the pool's spread
 
 
 def noise_variance(sse: float, n: int, pool_y) -> float:
@@ -105,8 +108,9 @@ class LaplaceMixture:
         logw = np.array(logw)
         wts = np.exp(logw - logw.max())
         z_pool = log_inputs(law, pool.x, pool.x)
-        return cls(law, np.array(us), np.array(covs), wts / wts.sum(), sigma2,
-                   discrepancy * sigma2, z_pool[observed], pool.x)
+        disc2 = discrepancy * max(sigma2, (DISC_REL * np.std(pool.y)) ** 2)
+        return cls(law, np.array(us), np.array(covs), wts / wts.sum(), sigma2, disc2,
+                   z_pool[observed], pool.x)
 
     # --- the discrepancy GP, conditioned on the observed runs -------------------------------------
     def discrepancy_cov(self, za, zb=None) -> np.ndarray:
