@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 import bayes_scaling as bs
+import bayes_scaling.cli  # noqa: F401  (bs.cli)
 from bayes_scaling.design import fitting, methods
 from bayes_scaling.errors import BayesScalingError, DataError
 
@@ -188,3 +189,18 @@ def test_joint_covariance_of_one_mode_is_the_delta_method():
     _, J = fitting.jacobian_u(LAW)(jnp.asarray(post.u[0]), group.x)
     np.testing.assert_allclose(C, np.asarray(J) @ post.cov[0] @ np.asarray(J).T, rtol=1e-6,
                                atol=1e-9 * np.abs(C).max())
+
+
+def test_design_command_runs_a_task_folder_and_writes_the_table(tmp_path, capsys):
+    folder = bs.scalebench.data_dir() / "parallel_scaling_law"
+    if not folder.is_dir():
+        pytest.skip(f"ScaleBench folder {folder} absent (set {bs.scalebench.ENV_VAR})")
+    out = tmp_path / "table.csv"
+    rc = bs.cli.main(["design", str(folder), "--laws", "sl_9", "--methods", "cheapest",
+                      "--seeds", "1", "--budgets", "0.1", "--out", str(out)])
+    table = pd.read_csv(out)
+    assert rc == 0 and len(table) == 1
+    assert table.loc[0, ["task", "law", "method"]].tolist() == [
+        "parallel_scaling_law", "sl_9", "cheapest"]
+    assert table.loc[0, "r2_protocol"] > 0.9  # the ten cheapest runs pin this 3-parameter law
+    assert "r2_protocol" in capsys.readouterr().out
