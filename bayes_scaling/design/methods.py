@@ -120,7 +120,8 @@ class _Classical(_ModelBased):
         hi = np.array([p.upper for p in law.params])
         pos = lo > 0
         scale = np.where(pos, theta, 1.0)
-        sd = np.where(pos, (np.log(hi) - np.log(np.where(pos, lo, 1.0))) / 4, (hi - lo) / 4)
+        log_range = np.log(np.where(pos, hi / np.where(pos, lo, 1.0), 1.0))
+        sd = np.where(pos, log_range / 4, (hi - lo) / 4)
         n = len(state.observed)
         s2 = (2.0 * np.var(g.y) + 0.5 * float(starts.sse.min())) / (2.0 + 0.5 * n - 1.0)
         J = self._jac(law, theta, g.x) * scale

@@ -86,8 +86,8 @@ class Task:
         cost = self.costs(self.train)
         bad = np.flatnonzero(~(np.isfinite(cost) & (cost > 0)))
         if len(bad):
-            raise DataError(f"task {self.name}: the cost of train rows {bad[:10].tolist()} is not a "
-                            "positive number; fix the cost columns or the cost function")
+            raise DataError(f"task {self.name}: the cost of train rows {bad[:10].tolist()} is "
+                            "not a positive number; fix the cost columns or the cost function")
 
     def costs(self, df: pd.DataFrame) -> np.ndarray:
         """Cost of each row of ``df``."""

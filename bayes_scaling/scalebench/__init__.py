@@ -38,7 +38,8 @@ def data_dir(path=None) -> Path:
 
 
 def load(task: str, data_dir_=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(train, test)`` of one task: the candidate pool and the target region (original columns)."""
+    """``(train, test)`` of one task: the candidate pool and the target region (original
+    columns)."""
     folder = data_dir(data_dir_) / task
     if task not in TASKS:
         raise DataError(f"unknown ScaleBench task {task!r}; the tasks are {', '.join(TASKS)}")

@@ -394,7 +394,7 @@ _LAWS = {task: {law_id: _build(task, law_id) for law_id in laws} for task, laws 
 
 
 def task_laws(task: str) -> dict[str, Law]:
-    """``{law_id: Law}`` of one ScaleBench task, in the benchmark's order (``sl_1``, ``sl_2``...)."""
+    """``{law_id: Law}`` of one ScaleBench task, in the benchmark's order (``sl_1``, ...)."""
     if task not in _LAWS:
         raise LawError(f"unknown ScaleBench task {task!r}; the tasks are {', '.join(TASKS)}")
     return dict(_LAWS[task])
