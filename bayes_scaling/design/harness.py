@@ -75,8 +75,8 @@ def run(task: Task, method: str = "bayes", seeds=range(10), executor=None,
 
     Returns:
         DataFrame with columns ``seed, budget, n_runs, cost_spent, r2_protocol, r2_posterior,
-        coverage90, seconds`` (and ``group``-free: R^2 is over all groups' target rows; ``n_runs``
-        and ``cost_spent`` sum over groups).
+        coverage90, seconds``. With groups, R^2 and coverage are over every group's target rows
+        together, and ``n_runs`` and ``cost_spent`` sum over the groups.
     """
     _methods.make(method, **options)  # fail early on an unknown method or option
     jobs = [(task, method, int(s), fit_method, dict(options)) for s in seeds]

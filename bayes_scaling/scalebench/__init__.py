@@ -37,17 +37,18 @@ def data_dir(path=None) -> Path:
     return Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "scalebench"
 
 
-def load(task: str, data_dir_=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load(task: str, folder=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(train, test)`` of one task: the candidate pool and the target region (original
     columns)."""
-    folder = data_dir(data_dir_) / task
     if task not in TASKS:
         raise DataError(f"unknown ScaleBench task {task!r}; the tasks are {', '.join(TASKS)}")
+    folder = data_dir(folder) / task
     if not folder.is_dir():
-        raise DataError(f"ScaleBench folder {folder} not found; pass data_dir= or set {ENV_VAR}")
+        raise DataError(f"ScaleBench folder {folder} not found; pass the folder holding the "
+                        f"task folders or set {ENV_VAR}")
     return pd.read_csv(folder / "train.csv"), pd.read_csv(folder / "test.csv")
 
 
-def golden(task: str, data_dir_=None) -> dict:
+def golden(task: str, folder=None) -> dict:
     """The benchmark's reference values of every law of ``task`` (``golden.json``)."""
-    return json.loads((data_dir(data_dir_) / task / "golden.json").read_text())
+    return json.loads((data_dir(folder) / task / "golden.json").read_text())
