@@ -203,6 +203,12 @@ def speed(data_dir):
             pred = np.asarray(fitting.predictor(law)(st.best[None], xt))[0]
             print(f"{task} {law_id} {method}: {dt:.2f} s, SSE {st.sse.min():.3e}, "
                   f"test R2 {fitting.r2_clipped(test[target], pred):.3f}")
+    # The same purchases (cheapest, seed 0) scored with either refit.
+    task = bs.design.scalebench_task("data_constrained_scaling_law", "sl_4", data_dir=data_dir)
+    for method in ("scipy", "jax"):
+        res = bs.design.run(task, method="cheapest", seeds=[0], fit_method=method)
+        print(f"cheapest data_constrained sl_4 seed 0, {method} refit: R2 "
+              f"{res.r2_protocol.round(3).tolist()} with {res.n_runs.tolist()} runs")
 
 
 def main(argv=None):
