@@ -17,5 +17,6 @@ from .compare import compare  # noqa: E402,F401
 from . import plots  # noqa: E402,F401
 from . import evaluate  # noqa: E402,F401
 from . import anchors, plan  # noqa: E402,F401
+from . import design, scalebench  # noqa: E402,F401
 
 __version__ = "0.1.0"

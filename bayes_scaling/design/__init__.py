@@ -1,0 +1,18 @@
+"""Which runs to buy: budget-aware experiment design and the ScaleBench protocol as a harness.
+
+    task = bs.design.Task(name=..., train=df, test=df, law=law, target="loss", cost="6ND",
+                          group=None, budgets=(0.01, 0.05, 0.1))
+    res = bs.design.run(task, method="bayes", seeds=range(10))      # one row per (seed, budget)
+    task = bs.design.scalebench_task("vocab_scaling_law", "sl_3")
+
+Methods (:data:`METHODS`): ScaleBench's baselines ``random``, ``cheapest``, ``cost_random``,
+``d_opt``, ``v_opt`` and ours, ``bayes``. The math is in docs/design.md.
+"""
+from .fitting import least_squares, r2_clipped, uniform_starts  # noqa: F401
+from .harness import run, seed_job  # noqa: F401
+from .methods import METHODS  # noqa: F401
+from .posterior import LaplaceMixture  # noqa: F401
+from .task import ColumnProduct, Task, scalebench_task  # noqa: F401
+
+__all__ = ["ColumnProduct", "LaplaceMixture", "METHODS", "Task", "least_squares", "r2_clipped",
+           "run", "scalebench_task", "seed_job", "uniform_starts"]

@@ -1,0 +1,168 @@
+"""The ScaleBench protocol as a harness: buy runs with a method, refit, score, per seed.
+
+Protocol (Li et al. 2026, arXiv 2604.22753; SOURCE.md), for each seed and each group:
+
+1. Budget ``b * C`` at each checkpoint ``b`` (``C`` the group pool's total cost). Runs are bought
+   one at a time, in batches of the method's ``batch`` once ``n_params`` runs are in; a run whose
+   cost would exceed the current checkpoint's budget is held over and bought first at the next
+   checkpoint.
+2. At each checkpoint the law is refitted to the bought runs (:func:`fitting.least_squares`: 64
+   starts uniform in the bounds) and scored by the clipped R^2 on the target rows of every group
+   concatenated (``r2_protocol``; -1 when a fit fails).
+3. Beside it, our Laplace-mixture posterior of the same runs (:mod:`.posterior`): R^2 of its
+   predictive median (``r2_posterior``) and the share of target rows inside its 90% intervals
+   (``coverage90``).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from . import methods as _methods
+from .fitting import least_squares, predictor, r2_clipped, uniform_starts
+from .posterior import LaplaceMixture
+from .task import Group, Task
+
+N_STARTS = 64
+COLUMNS = ["seed", "budget", "n_runs", "cost_spent", "r2_protocol", "r2_posterior", "coverage90",
+           "seconds"]
+
+
+@dataclass
+class State:
+    """What a method sees of one group while it buys: the pool, what is bought, the budget."""
+
+    task: Task
+    group: Group
+    rng: np.random.Generator
+    candidates: np.ndarray
+    observed: np.ndarray
+    spent: float
+    total: float
+    final_budget: float
+    memory: dict = field(default_factory=dict)
+
+    @property
+    def law(self):
+        return self.task.law
+
+    @property
+    def n_params(self) -> int:
+        return len(self.task.law.params)
+
+    def affordable(self, limit: float | None = None) -> np.ndarray:
+        """Candidates whose cost fits in ``limit - spent`` (default: the whole pool's cost)."""
+        limit = self.total if limit is None else limit
+        c = self.group.cost[self.candidates]
+        return self.candidates[c <= limit - self.spent + 1e-12 * self.total]
+
+
+def run(task: Task, method: str = "bayes", seeds=range(10), executor=None,
+        fit_method: str = "jax", **options) -> pd.DataFrame:
+    """Run ``method`` on ``task`` for every seed; one row per (seed, budget).
+
+    Args:
+        task: a :class:`Task`.
+        method: one of :data:`bayes_scaling.design.methods.METHODS`.
+        seeds: the seeds (each seeds the method's draws and the refit's starts).
+        executor: None (serial) or any object with ``.map(fn, items)``; the per-seed job
+            :func:`seed_job` is a top-level function of picklable arguments.
+        fit_method: ``"jax"`` or ``"scipy"`` refit (:func:`fitting.least_squares`).
+        options: passed to the method's constructor (e.g. ``batch=4``).
+
+    Returns:
+        DataFrame with columns ``seed, budget, n_runs, cost_spent, r2_protocol, r2_posterior,
+        coverage90, seconds``. With groups, R^2 and coverage are over every group's target rows
+        together, and ``n_runs`` and ``cost_spent`` sum over the groups.
+    """
+    _methods.make(method, **options)  # fail early on an unknown method or option
+    jobs = [(task, method, int(s), fit_method, dict(options)) for s in seeds]
+    results = map(seed_job, jobs) if executor is None else executor.map(seed_job, jobs)
+    rows = [r for rs in results for r in rs]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def seed_job(job) -> list[dict]:
+    """One seed of the protocol: ``job = (task, method, seed, fit_method, options)``."""
+    task, method, seed, fit_method, options = job
+    t0 = time.perf_counter()
+    groups = task.groups()
+    states, pending, methods = [], [], []
+    for i, g in enumerate(groups):
+        total = float(g.cost.sum())
+        states.append(State(task, g, np.random.default_rng(seed * 100_000 + i),
+                            np.arange(len(g.y)), np.array([], dtype=int), 0.0, total,
+                            max(task.budgets) * total))
+        pending.append(np.array([], dtype=int))
+        methods.append(_methods.make(method, **options))
+    rows = []
+    for budget in task.budgets:
+        fits = []
+        for i, (st, m) in enumerate(zip(states, methods)):
+            target = budget * st.total
+            for idx in pending[i]:
+                st.spent += st.group.cost[idx]
+            st.observed = np.concatenate([st.observed, pending[i]]).astype(int)
+            pending[i] = np.array([], dtype=int)
+            while st.spent < target - 1e-12 * st.total and len(st.candidates):
+                batch = 1 if len(st.observed) < st.n_params else m.batch
+                chosen = np.asarray(m.propose(st, min(batch, len(st.candidates))), dtype=int)
+                if len(chosen) == 0:
+                    break
+                st.candidates = st.candidates[~np.isin(st.candidates, chosen)]
+                deferred = []
+                for idx in chosen:
+                    c = st.group.cost[idx]
+                    if st.spent + c > target + 1e-12 * st.total:
+                        deferred.append(idx)
+                    else:
+                        st.spent += c
+                        st.observed = np.append(st.observed, idx)
+                if deferred:
+                    pending[i] = np.array(deferred, dtype=int)
+                    break
+            fits.append(_fit_group(st, fit_method))
+        rows.append(_score(seed, budget, states, fits, t0))
+    return rows
+
+
+def _fit_group(st: State, fit_method: str):
+    """The protocol's refit of one group's bought runs and our posterior of them."""
+    if len(st.observed) == 0:
+        return None, None
+    law, g = st.law, st.group
+    x = {v: a[st.observed] for v, a in g.x.items()}
+    y = g.y[st.observed]
+    starts = least_squares(law, x, y, uniform_starts(law, N_STARTS, st.rng), method=fit_method)
+    post = LaplaceMixture.from_starts(law, g, st.observed, starts) if starts.ok else None
+    return starts.best, post
+
+
+def _score(seed, budget, states, fits, t0) -> dict:
+    y, pred, med, lo, hi = [], [], [], [], []
+    for st, (theta, post) in zip(states, fits):
+        if theta is None:
+            continue
+        g = st.group
+        p = np.asarray(predictor(st.law)(theta[None], g.x_test))[0]
+        if not np.all(np.isfinite(p)):
+            continue
+        y.append(g.y_test)
+        pred.append(p)
+        q = post.quantiles(g.x_test, (0.05, 0.5, 0.95), rng=np.random.default_rng(seed))
+        lo.append(q[0])
+        med.append(q[1])
+        hi.append(q[2])
+    row = dict(seed=seed, budget=budget, n_runs=int(sum(len(s.observed) for s in states)),
+               cost_spent=float(sum(s.spent for s in states)),
+               r2_protocol=-1.0, r2_posterior=-1.0, coverage90=np.nan,
+               seconds=time.perf_counter() - t0)
+    if y:
+        yc = np.concatenate(y)
+        row["r2_protocol"] = r2_clipped(yc, np.concatenate(pred))
+        row["r2_posterior"] = r2_clipped(yc, np.concatenate(med))
+        row["coverage90"] = float(np.mean((yc >= np.concatenate(lo)) & (yc <= np.concatenate(hi))))
+    return row

@@ -1,0 +1,226 @@
+"""Selection methods: which run to buy next (docs/design.md).
+
+Baselines as ScaleBench defines them (Li et al. 2026, arXiv 2604.22753; its repository's
+``benchmark/method.py``, ``baseline_dopt.py`` and ``vopt.py``):
+
+- ``random``: uniform among the runs the pool's total cost still affords.
+- ``cheapest``: the cheapest affordable run (ties at random).
+- ``cost_random``: an affordable run with probability proportional to 1 / cost.
+- ``d_opt``, ``v_opt``: a pilot of the cheapest runs (up to 2.5 n_params runs within 2% of the
+  pool's cost), then greedily the run maximising the D-optimal gain ``log(1 + j_c' S j_c / s2)``
+  or the V-optimal target-variance reduction ``sum_t (j_t' S j_c)^2 / (s2 + j_c' S j_c)`` over
+  ``(cost / C)^g`` (g = 0.4 and 0.3), at the current least-squares fit, refitted after every run.
+  ``S = (J'J / s2 + P0)^-1`` with the Jacobian in log coordinates for positive parameters, the
+  prior precision ``P0`` of a quarter of each (log-)range, and
+  ``s2 = (2 Var(y_pool) + SSE/2) / (n/2 + 1)``.
+
+Ours:
+
+- ``bayes``: the same pilot, then runs (in batches of ``max(batch, n_bought // 8)`` once
+  ``n_params`` runs are in)
+  maximising the expected reduction of the summed target-region forecast variance per unit cost,
+  from the Laplace-mixture posterior with its modes and its discrepancy term
+  (:meth:`.posterior.LaplaceMixture.joint_cov`); a batch is chosen greedily, conditioning the joint
+  covariance on each run chosen.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import BayesScalingError
+from .fitting import jacobian_theta, least_squares, uniform_starts
+from .posterior import LaplaceMixture
+
+#: Starts of the refit a method makes between purchases (its previous optima plus uniform draws).
+REFIT_STARTS = 16
+
+
+class Method:
+    """Interface: ``propose(state, batch) -> indices into the group's pool``."""
+
+    batch = 1
+
+    def propose(self, state, batch: int = 1) -> np.ndarray:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class Random(Method):
+    def propose(self, state, batch=1):
+        aff = state.affordable()
+        return aff[[state.rng.integers(len(aff))]] if len(aff) else aff
+
+
+class Cheapest(Method):
+    def propose(self, state, batch=1):
+        aff = state.affordable()
+        if not len(aff):
+            return aff
+        c = state.group.cost[aff]
+        ties = np.flatnonzero(np.abs(c - c.min()) < 1e-12 * max(c.min(), 1e-300))
+        return aff[[ties[state.rng.integers(len(ties))]]]
+
+
+class CostRandom(Method):
+    def propose(self, state, batch=1):
+        aff = state.affordable()
+        if not len(aff):
+            return aff
+        inv = 1.0 / state.group.cost[aff]
+        return aff[[state.rng.choice(len(aff), p=inv / inv.sum())]]
+
+
+class _ModelBased(Method):
+    """Pilot of cheap runs, then a model-based score; keeps its own refit between purchases."""
+
+    def pilot(self, state) -> np.ndarray | None:
+        """The next pilot run (cheapest first, up to 2.5 n_params runs within 2% of the pool's
+        cost), or None once the pilot is over."""
+        n_init = int(2.5 * state.n_params)
+        if state.memory.get("pilot_done") or len(state.observed) >= n_init:
+            state.memory["pilot_done"] = True
+            return None
+        aff = state.affordable(state.final_budget)
+        c = state.group.cost[aff]
+        if len(aff) and state.spent + c.min() <= 0.02 * state.total:
+            return aff[[int(np.argmin(c))]]
+        state.memory["pilot_done"] = True
+        return None
+
+    def refit(self, state):
+        """Least-squares fit to the bought runs from the previous optima plus uniform draws."""
+        law, g = state.law, state.group
+        warm = state.memory.get("warm", np.empty((0, len(law.params))))[-REFIT_STARTS // 2:]
+        theta0 = np.concatenate([warm, uniform_starts(law, REFIT_STARTS - len(warm), state.rng)])
+        x = {v: a[state.observed] for v, a in g.x.items()}
+        starts = least_squares(law, x, g.y[state.observed], theta0)
+        if starts.ok:
+            good = np.argsort(starts.sse)[: REFIT_STARTS // 2]
+            state.memory["warm"] = starts.theta[good[np.isfinite(starts.sse[good])]]
+        return starts
+
+
+class _Classical(_ModelBased):
+    """D-/V-optimal design at the current fit (ScaleBench's baselines)."""
+
+    cost_power = 0.4
+
+    def propose(self, state, batch=1):
+        first = self.pilot(state)
+        if first is not None:
+            return first
+        aff = state.affordable(state.final_budget)
+        if not len(aff):
+            return aff
+        starts = self.refit(state)
+        if not starts.ok:
+            return aff[[int(np.argmin(state.group.cost[aff]))]]
+        theta = starts.best
+        law, g = state.law, state.group
+        lo = np.array([p.lower for p in law.params])
+        hi = np.array([p.upper for p in law.params])
+        pos = lo > 0
+        scale = np.where(pos, theta, 1.0)
+        log_range = np.log(np.where(pos, hi / np.where(pos, lo, 1.0), 1.0))
+        sd = np.where(pos, log_range / 4, (hi - lo) / 4)
+        n = len(state.observed)
+        s2 = (2.0 * np.var(g.y) + 0.5 * float(starts.sse.min())) / (2.0 + 0.5 * n - 1.0)
+        J = self._jac(law, theta, g.x) * scale
+        Jo = J[state.observed]
+        H = Jo.T @ Jo / s2 + np.diag(1.0 / sd ** 2)
+        w, V = np.linalg.eigh(H)
+        S = (V / np.maximum(w, max(1e-10 * w[-1], 1e-30))) @ V.T
+        gain = self.gain(J[aff], S, s2, self._jac(law, theta, g.x_test) * scale)
+        score = gain / np.maximum(g.cost[aff] / state.total, 1e-300) ** self.cost_power
+        score = np.where(np.isfinite(score), score, -np.inf)
+        return aff[[int(np.argmax(score))]]
+
+    @staticmethod
+    def _jac(law, theta, x):
+        _, J = jacobian_theta(law)(theta, x)
+        return np.nan_to_num(np.asarray(J), nan=0.0, posinf=0.0, neginf=0.0)
+
+
+class DOpt(_Classical):
+    cost_power = 0.4
+
+    @staticmethod
+    def gain(Jc, S, s2, Jt):
+        return np.log1p(np.maximum(np.einsum("ip,pq,iq->i", Jc, S, Jc), 0.0) / s2)
+
+
+class VOpt(_Classical):
+    cost_power = 0.3
+
+    @staticmethod
+    def gain(Jc, S, s2, Jt):
+        a = np.einsum("ip,pq,iq->i", Jc, S, Jc)
+        cross = Jt @ S @ Jc.T
+        return (cross ** 2).sum(0) / (s2 + a)
+
+
+class Bayes(_ModelBased):
+    """Expected reduction of the target-region forecast variance per unit cost, from the
+    Laplace-mixture posterior (modes and discrepancy included); greedy batches."""
+
+    def __init__(self, batch: int = 4, cost_power: float = 1.0, discrepancy: float = 1.0):
+        self.batch = int(batch)
+        self.cost_power = float(cost_power)
+        self.discrepancy = float(discrepancy)
+
+    def propose(self, state, batch=1):
+        first = self.pilot(state)
+        if first is not None:
+            return first
+        aff = state.affordable(state.final_budget)
+        if not len(aff):
+            return aff
+        if batch > 1:  # batches grow with the runs bought: one refit per ~12% more runs
+            batch = max(batch, len(state.observed) // 8)
+        starts = self.refit(state)
+        if not starts.ok:
+            return aff[[int(np.argmin(state.group.cost[aff]))]]
+        g = state.group
+        post = LaplaceMixture.from_starts(state.law, g, state.observed, starts,
+                                          discrepancy=self.discrepancy)
+        nt = len(g.y_test)
+        rows = {v: np.concatenate([g.x_test[v], g.x[v]]) for v in g.x}
+        C = post.joint_cov(rows)
+        keep = np.concatenate([np.arange(nt), nt + aff])
+        C = C[np.ix_(keep, keep)]
+        return aff[self.greedy(C, nt, post.sigma2, g.cost[aff] / state.total, batch,
+                               state.final_budget - state.spent, g.cost[aff])]
+
+    def greedy(self, C, nt, sigma2, rel_cost, batch, room, cost):
+        """Pick ``batch`` candidates one by one, each maximising
+        ``sum_t C[t, c]^2 / (C[c, c] + sigma2) / rel_cost_c^cost_power``, conditioning ``C`` on
+        each pick (a rank-one update); candidates are rows ``nt:`` of ``C``."""
+        C = np.array(C)
+        picked = []
+        for _ in range(batch):
+            cand = np.arange(nt, len(C))
+            red = (C[:nt, nt:] ** 2).sum(0) / (np.diag(C)[nt:] + sigma2)
+            score = red / rel_cost ** self.cost_power
+            ok = np.isfinite(score) & (cost <= room + 1e-12)
+            ok[[p - nt for p in picked]] = False
+            if not ok.any():
+                break
+            c = cand[int(np.argmax(np.where(ok, score, -np.inf)))]
+            picked.append(c)
+            room -= cost[c - nt]
+            col = C[:, c].copy()
+            C -= np.outer(col, col) / (col[c] + sigma2)
+        return [p - nt for p in picked]
+
+
+METHODS = {"random": Random, "cheapest": Cheapest, "cost_random": CostRandom, "d_opt": DOpt,
+           "v_opt": VOpt, "bayes": Bayes}
+
+
+def make(name: str, **options) -> Method:
+    """A fresh method object (one per group and seed: methods keep no state of their own)."""
+    if name not in METHODS:
+        raise BayesScalingError(f"unknown method {name!r}; the methods are {', '.join(METHODS)}")
+    try:
+        return METHODS[name](**options)
+    except TypeError:
+        raise BayesScalingError(f"method {name!r} takes no options {sorted(options)}") from None
