@@ -245,8 +245,11 @@ def test_bad_plan_inputs(kw, msg):
 
 
 def test_prob_with_a_point_fit_is_refused():
-    with pytest.raises(bs.BayesScalingError, match="needs posterior draws"):
+    with pytest.raises(bs.BayesScalingError, match="needs posterior draws") as e:
         plan(point(TGT), point(SRC_X), prob=0.9)
+    # what the command line prints names its own fix, not a Python keyword
+    assert "prob=None" not in e.value.message and "without a probability" in e.value.message
+    assert "prob=None" in str(e.value)
 
 
 def test_law_without_plan_columns_is_refused():

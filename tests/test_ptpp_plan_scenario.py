@@ -34,7 +34,8 @@ def test_plan_summary_starts_by_flagging_a_posterior_that_failed_its_checks():
     df = bc.synthetic_table(seed=0)
     rows = df[(df["domain"] == "source") & (df["D"] > 0) & np.isin(df["ptpp"], [15, 31])]
     with pytest.warns(bs.ConvergenceWarning):
-        bad = bs.fit_posterior("ptpp_floor", rows, method="laplace", seed=0, progress_bar=False)
+        bad = bs.fit_posterior(bc.nonemb_law("ptpp_floor"), rows, method="laplace", seed=0,
+                               progress_bar=False)
     assert not bad.ok
     line = ptpp_plan.checks_line({"source": bad})
     assert line.startswith("**Made from a posterior that failed its convergence checks")

@@ -196,7 +196,9 @@ def simulate(name, seed=0):
 
 
 def test_every_law_has_a_grid():
-    assert set(GRIDS) == set(bs.laws.names())
+    """Every law the package registers (laws other tests register are theirs to test)."""
+    own = {n for n in bs.laws.names() if bs.laws.get(n).fn.__module__.startswith("bayes_scaling.")}
+    assert set(GRIDS) == own
 
 
 def test_tolerances_name_parameters():

@@ -17,7 +17,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from scaleout import get_executor
 from training import kinds, sweep
+from training.cli import main as training_main
 from training.config import ConfigError
 from training.loop import WSD, Batches, Mixture, branch_start
 from training.store import Store, export
@@ -78,6 +80,18 @@ def test_bad_config_errors(tmp_path):
     bad.write_text("bogus = 1\n" + MICRO.read_text())
     with pytest.raises(ConfigError, match="unknown keys"):
         sweep.load_config(bad)
+
+
+def test_missing_corpus_directory_is_one_error_line(tmp_path, capsys):
+    """A config whose corpus folder does not exist stops before any job, with one line and
+    exit 2, not a traceback."""
+    cfg = tmp_path / "micro.toml"
+    cfg.write_text(MICRO.read_text().replace('corpus = "tests/data"',
+                                             f'corpus = "{(tmp_path / "nope").as_posix()}"'))
+    assert training_main(["sweep", str(cfg), "--out-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "nope" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.pt"))
 
 
 def test_micro_sweep_end_to_end_and_resume(tmp_path):
@@ -147,7 +161,7 @@ def test_store_refuses_changed_jobs_but_allows_a_trimmed_grid(tmp_path):
 
 
 def test_execute_runs_each_job_after_its_deps_and_reports_failures():
-    """The seam to workers: ``execute(pending, run_one, backend)`` starts a job only once its deps
+    """The seam to workers: ``execute(pending, run_one, executor)`` starts a job only once its deps
     are finished (in ``finished`` or run here), calls ``on_done`` per job, re-raises a job's error
     and refuses jobs whose deps can never finish."""
     jobs = [{"id": "c", "deps": ["a", "b"]}, {"id": "b", "deps": ["a"]}, {"id": "a", "deps": []},
@@ -158,19 +172,19 @@ def test_execute_runs_each_job_after_its_deps_and_reports_failures():
         ran.append(job["id"])
         return job["id"]
 
-    sweep.execute(jobs[:3], run_one, sweep.InlineBackend(), on_done=lambda j: done.append(j))
+    sweep.execute(jobs[:3], run_one, get_executor("serial"), on_done=lambda j: done.append(j))
     assert ran == ["a", "b", "c"] and [j["id"] for j in done] == ran
     ran.clear()
-    sweep.execute(jobs[3:], run_one, sweep.InlineBackend(), finished={"z"})
+    sweep.execute(jobs[3:], run_one, get_executor("serial"), finished={"z"})
     assert ran == ["d"]
     with pytest.raises(RuntimeError, match=r"\['d'\] wait on unfinished deps"):
-        sweep.execute(jobs[3:], run_one, sweep.InlineBackend())
+        sweep.execute(jobs[3:], run_one, get_executor("serial"))
 
     def fail(job):
         raise ValueError(f"job {job['id']} broke")
 
     with pytest.raises(ValueError, match="job a broke"):
-        sweep.execute(jobs[2:3], fail, sweep.InlineBackend())
+        sweep.execute(jobs[2:3], fail, get_executor("serial"))
 
 
 def test_every_planned_job_kind_is_registered():

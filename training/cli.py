@@ -8,6 +8,7 @@ from scaleout import KINDS, ScaleoutError
 
 from . import sweep
 from .config import ConfigError
+from .corpora import CorpusError
 from .kinds import family
 from .store import export
 
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{len(jobs)} jobs, {sum(map(sweep.job_tokens, jobs)):,d} training tokens")
             if jobs and family(cfg).summary is not None:
                 print(family(cfg).summary(jobs))
-    except (ConfigError, ScaleoutError, FileNotFoundError) as e:
+    except (ConfigError, CorpusError, ScaleoutError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -413,8 +413,11 @@ def _adaptation(target, source, N, ptpp, tau, fval, frel, max_forgetting, prob, 
         S = min(_safe_predict(problem.target, problem.rows([0.5], [D_lo]), "target").shape[0],
                 _safe_predict(problem.source, problem.rows([0.5], [D_lo]), "source").shape[0])
         if S < 2:
-            raise BayesScalingError(f"prob={prob} needs posterior draws; a point fit has one draw. "
-                                    "Use bs.fit_posterior (or ParamDraws), or prob=None.")
+            raise BayesScalingError(
+                f"a chance-constrained plan (probability {prob}) needs posterior draws, and a "
+                "point fit has one draw: give posteriors (bayes-scaling posterior), or plan "
+                "without a probability",
+                python_hint="use bs.fit_posterior (or ParamDraws), or prob=None")
 
     # --- solve ---------------------------------------------------------------------------------
     points, curves = {}, {}
