@@ -6,7 +6,8 @@
     python analyses/run_all.py --jobs 1     # one script at a time, each free to use every core
 
 A script is any ``analyses/<name>.py`` with an ``if __name__ == "__main__"`` block, other than
-this one and names starting with ``_``. Each runs in its own interpreter (so one failing script
+this one and names starting with ``_``; the studies in :data:`SEPARATE` (hours on 2 cores) run
+only when named with ``--only``. Each runs in its own interpreter (so one failing script
 does not stop the others); the exit code is non-zero when any script failed. With ``--jobs N > 1``
 the scripts run N at a time, longest first by the durations recorded in
 ``analyses/out/run_times.json`` (written at the end of every run), and each child is limited to
@@ -27,6 +28,11 @@ HERE = Path(__file__).resolve().parent
 TIMES = HERE / "out" / "run_times.json"
 ONE_THREAD = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
               "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+#: Studies too long for one ``make analyses`` run: name -> how to run them on their own.
+SEPARATE = {"scalebench": "python analyses/scalebench.py --executor local --workers 2 "
+                          "(resumable; --summary rewrites summary.md from results.csv)"}
 
 
 def scripts() -> list[Path]:
@@ -62,6 +68,10 @@ def analyses_main(argv=None) -> int:
                   file=sys.stderr)
             return 2
         found = [p for p in found if p.stem in args.only]
+    else:
+        for name, how in SEPARATE.items():
+            print(f"== {name}.py is not part of a full run: {how}", file=sys.stderr)
+        found = [p for p in found if p.stem not in SEPARATE]
     mode = "quick" if args.quick else "full"
     times = _recorded()
     past = times.get(mode, {})

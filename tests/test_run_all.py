@@ -58,3 +58,18 @@ def test_one_at_a_time_keeps_the_environment(tmp_path, monkeypatch):
     assert (tmp_path / "a.threads").read_text() == "7"
     times = json.loads((tmp_path / "out" / "run_times.json").read_text())
     assert times["total_minutes"]["full"]["jobs"] == 1
+
+
+def test_separate_studies_run_only_when_named(tmp_path, monkeypatch):
+    mod = _load(tmp_path, monkeypatch)
+    monkeypatch.setattr(mod, "SEPARATE", {"long": "run it alone"})
+    for name in ("a", "long"):
+        _script(tmp_path / f"{name}.py", f"""
+            import pathlib
+            def main():
+                pathlib.Path("{tmp_path}/{name}.ran").touch()
+            """)
+    assert mod.analyses_main(["--jobs", "1"]) == 0
+    assert (tmp_path / "a.ran").exists() and not (tmp_path / "long.ran").exists()
+    assert mod.analyses_main(["--jobs", "1", "--only", "long"]) == 0
+    assert (tmp_path / "long.ran").exists()
