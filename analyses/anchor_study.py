@@ -208,7 +208,7 @@ def main(argv=None):
                                    f"{args.test_ptpp:g}"), "",
              f"Law `{law.name}` on the target domain; fit at PTPP {stages} ({len(train)} rows); "
              f"{len(cands)} candidates at PTPP {args.test_ptpp:g}; {len(queries)} queries (largest model, "
-             f"N_nonemb = {queries['N'].iloc[0]:.0f}). Posterior: {how} (refits: {refit_kind}); "
+             f"N_nonemb = {queries[bc.SIZE].iloc[0]:.0f}). Posterior: {how} (refits: {refit_kind}); "
              f"{bc.diagnostics_note(base) or 'no diagnostics'}. "
              f"Paper anchor cost "
              f"{paper_cost:.3e} FLOPs; random: mean of {args.seeds} seeds. "
