@@ -119,3 +119,15 @@ def test_gradients_are_finite_at_k1_and_r1(name):
     p = {k: jnp.asarray(v) for k, v in lw.example.items()}
     g = jax.grad(lambda q: jnp.sum(lw.fn(q, x)))(p)
     assert all(np.isfinite(float(v)) for v in g.values()), g
+
+
+def test_every_m3_law_on_the_chinchilla_base_declares_its_two_phase_fit():
+    """A law that shares Chinchilla's A, B, alpha, beta, E on M is fitted two-phase (M3 App.
+    C.2.4): it declares the base and the phase-1 rows, so ``bs.fit_two_phase(law, df)`` needs no
+    arguments and is not refused as a base reading columns the law does not."""
+    base = set(bs.laws.get("chinchilla_m3").param_names)
+    laws = [bs.laws.get(n) for n in bs.laws.names() if n != "chinchilla_m3"]
+    two_phase = [law for law in laws if "M" in law.variables and base <= set(law.param_names)]
+    assert {"m3", "m3_nodual", "m3_nog", "m3_rmkr", "m3_rmk_hlp"} <= {law.name for law in two_phase}
+    for law in two_phase:
+        assert law.base_law == "chinchilla_m3" and law.phase1 is not None, law.name

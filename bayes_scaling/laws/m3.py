@@ -688,6 +688,7 @@ _RMK_EX = {"a": 20.0, "b": 1.0, "c": 5.0}
 
 m3_nodual = register(Law(
     name="m3_nodual",
+    **_TWO_PHASE,
     params=_BASE + (_RD_star(), _RDH, _PSI, _RM_star(), _GAMMA),
     variables=("M", "D_T", "k", "r"),
     fn=_m3_nodual,
@@ -702,6 +703,7 @@ m3_nodual = register(Law(
 
 m3_nog = register(Law(
     name="m3_nog",
+    **_TWO_PHASE,
     params=_BASE + (_RD_star(), _RM_star()) + _RATIO,
     variables=m3.variables,
     fn=_m3_nog,
@@ -715,6 +717,7 @@ m3_nog = register(Law(
 
 m3_rmkr_nog = register(Law(
     name="m3_rmkr_nog",
+    **_TWO_PHASE,
     params=_BASE + (_RD_star(),) + _RMK + (_D_EXP,) + _RATIO,
     variables=m3.variables,
     fn=_m3_rmkr_nog,
@@ -729,6 +732,7 @@ m3_rmkr_nog = register(Law(
 
 m3_rmkr = register(Law(
     name="m3_rmkr",
+    **_TWO_PHASE,
     params=_BASE + (_RD_star(),) + _G + _RMK + (_D_EXP,) + _RATIO,
     variables=m3.variables,
     fn=_m3_rmkr,
@@ -742,6 +746,7 @@ m3_rmkr = register(Law(
 
 m3_rmk_g = register(Law(
     name="m3_rmk_g",
+    **_TWO_PHASE,
     params=_BASE + (_RD_star(),) + _G + _RMK + _RATIO,
     variables=m3.variables,
     fn=_m3_rmk_g,
@@ -763,6 +768,7 @@ def _m3_rmk_hlp(p, x):
 
 m3_rmk_hlp = register(Law(
     name="m3_rmk_hlp",
+    **_TWO_PHASE,
     params=m3_rmk.params + (_P,),
     variables=m3_rmk.variables,
     fn=_m3_rmk_hlp,
