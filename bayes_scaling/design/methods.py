@@ -86,6 +86,20 @@ class _ModelBased(Method):
         state.memory["pilot_done"] = True
         return None
 
+    def propose(self, state, batch=1):
+        """The pilot's next run; then, after a refit to the runs bought, :meth:`choose` among the
+        affordable runs (the cheapest one when every refit start failed)."""
+        first = self.pilot(state)
+        if first is not None:
+            return first
+        aff = state.affordable(state.final_budget)
+        if not len(aff):
+            return aff
+        starts = self.refit(state)
+        if not starts.ok:
+            return aff[[int(np.argmin(state.group.cost[aff]))]]
+        return self.choose(state, aff, starts, batch)
+
     def refit(self, state):
         """Least-squares fit to the bought runs from the previous optima plus uniform draws."""
         law, g = state.law, state.group
@@ -104,16 +118,7 @@ class _Classical(_ModelBased):
 
     cost_power = 0.4
 
-    def propose(self, state, batch=1):
-        first = self.pilot(state)
-        if first is not None:
-            return first
-        aff = state.affordable(state.final_budget)
-        if not len(aff):
-            return aff
-        starts = self.refit(state)
-        if not starts.ok:
-            return aff[[int(np.argmin(state.group.cost[aff]))]]
+    def choose(self, state, aff, starts, batch):
         theta = starts.best
         law, g = state.law, state.group
         lo = np.array([p.lower for p in law.params])
@@ -167,18 +172,9 @@ class Bayes(_ModelBased):
         self.cost_power = float(cost_power)
         self.discrepancy = float(discrepancy)
 
-    def propose(self, state, batch=1):
-        first = self.pilot(state)
-        if first is not None:
-            return first
-        aff = state.affordable(state.final_budget)
-        if not len(aff):
-            return aff
+    def choose(self, state, aff, starts, batch):
         if batch > 1:  # batches grow with the runs bought: one refit per ~12% more runs
             batch = max(batch, len(state.observed) // 8)
-        starts = self.refit(state)
-        if not starts.ok:
-            return aff[[int(np.argmin(state.group.cost[aff]))]]
         g = state.group
         post = LaplaceMixture.from_starts(state.law, g, state.observed, starts,
                                           discrepancy=self.discrepancy)
