@@ -146,7 +146,7 @@ def test_m3_rmk_effective_model_size_tends_to_M_as_k_to_1():
 
     def rel_gap(k):
         inv = m3mod.inv_rm_star_k(jnp.full(N_DRAWS, k), p["a"], p["b"], p["c"])
-        Mp = np.exp(m3mod._log_effective_model(np.log(M), log_U, inv))
+        Mp = np.exp(m3mod.log_effective_model(np.log(M), log_U, inv))
         return np.abs(Mp / M - 1)
 
     gaps = np.stack([rel_gap(1.0 + 10.0 ** -j) for j in range(13)])

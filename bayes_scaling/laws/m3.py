@@ -28,10 +28,9 @@ then the rest with those frozen (``bs.fit_two_phase(law, df, delta=1e-3)``: thes
 ``base_law="chinchilla_m3"``, which reads M, not N, and ``phase1=phase1_rows``). Sedova, D-CPT,
 PTPP-F1/F2/F3 and Zhang are fitted in one phase.
 
-Numerics: every power term is ``exp(log coef - exponent log x)``; ``h`` is evaluated as
-``1 + R phi(R / R*)`` with ``phi(x) = (1 - e^-x) / x`` (``phi(0) = 1``), so ``R* -> inf`` is exact
-(this is how R_M*(k = 1) = inf recovers Chinchilla); powers of quantities that can be exactly 0
-(``k - 1``, ``1 - r``, ``R_D``) use guarded ``jnp.where`` so values *and* gradients stay finite.
+Building blocks (Table 6 parameters, Table 13 values, h, h_Lp, effective sizes, g, the dual
+ratio, R_M*(k), R_M*(k, r)) and their numerics: ``laws/m3_terms.py``; every public name there is
+also importable from here.
 
 Choices where the paper is silent (also stated in each law's docstring):
 
@@ -46,176 +45,18 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import jax
 import jax.numpy as jnp
 
 from . import ptpp as _ptpp
 from ..errors import DataError
 from ._spec import Law, Param, powlaw, register
-
-# --- Table 6 parameters ---------------------------------------------------------------------------
-
-
-def _A(name="A", doc="coefficient of the model-size term"):
-    return Param(name, 1e-6, 1e6, (1e-2, 1e4), True, doc + " (Table 6)")
-
-
-def _B(name="B", doc="coefficient of the data-size term"):
-    return Param(name, 1e-6, 1e6, (1e-2, 1e4), True, doc + " (Table 6)")
-
-
-def _alpha(name="alpha", doc="model-size exponent"):
-    return Param(name, 0.1, 2.0, (0.1, 0.8), False, doc + " (Table 6)")
-
-
-def _beta(name="beta", doc="data-size exponent"):
-    return Param(name, 0.01, 5.0, (0.1, 0.8), False, doc + " (Table 6)")
-
-
-def _E(name="E", doc="irreducible loss"):
-    return Param(name, 0.001, 10.0, (1.0, 5.0), False, doc + " (Table 6)")
-
-
-def _RD_star(name="RD_star", doc="saturation constant R_D* of the effective data size"):
-    return Param(name, 0.1, 200.0, (1.0, 100.0), False, doc + " (Table 6)")
-
-
-def _RM_star(name="RM_star", doc="saturation constant R_M* of the effective model size"):
-    return Param(name, 0.1, 100.0, (0.5, 50.0), False, doc + " (Table 6)")
-
-
-_BASE = (_A(), _B(), _alpha(), _beta(), _E())
-_RDH = Param("RDh_star", 0.1, 200.0, (1.0, 100.0), False,
-             "saturation constant R_D,high* of the high-resource weight g (Eq. 9; Table 6)")
-_PSI = Param("psi", 0.01, 10.0, (0.1, 5.0), False, "exponent of the floor (1-r)^psi of g (Eq. 9; Table 6)")
-_GAMMA = Param("gamma", 0.001, 1.0, (0.01, 0.5), False, "language-ratio exponent (He; Table 6)")
-_GAMMA2 = Param("gamma2", 0.001, 1.0, (0.01, 0.5), False,
-                "multi-stage exponent of r / r_f (dual power law, Eq. 8; Table 6)")
-_GAMMA2_DOT = Param("gamma2_dot", -0.5, 0.5, (-0.2, 0.2), False,
-                    "slope of the r1-dependent gamma2 (Eq. 21; Table 6)")
-_R0 = Param("r0", 1e-6, 1.0, (1e-4, 0.1), True, "offset of ln(r0 + r1) (Eq. 21; Table 6)")
-# Not in Table 6 (our choices):
-_P = Param("p", 0.1, 20.0, (0.5, 5.0), False,
-           "sharpness of h_Lp (Eq. 20); not in Table 6: bounds [0.1, 20] (p -> inf is a hard "
-           "min(R, R*) knee, p = 1 is already softer than h), init [0.5, 5]")
-_RMK = (
-    Param("a", 1e-3, 1e4, (0.1, 1e3), True,
-          "scale of R_M*(k) = a/(k-1)^b + c (Eq. 7); not in Table 6: R_M*(2) = a + c, so a spans "
-          "the R_M* range and beyond, log-uniform init"),
-    Param("b", 0.01, 5.0, (0.1, 2.0), False,
-          "decay exponent of R_M*(k) (Eq. 7); not in Table 6: like an exponent, [0.01, 5]"),
-    Param("c", 0.1, 100.0, (0.5, 50.0), False,
-          "floor of R_M*(k) as k -> inf (Eq. 7); not in Table 6: the R_M* bounds of Table 6"),
+from .m3_terms import (  # noqa: F401  (re-exported: the public blocks of the M3 laws)
+    BASE, D_EXP, final_ratio, GAMMA, GAMMA2, GAMMA2_DOT, gamma2_r1, high_over_target,
+    high_resource_weight, inv_rm_star_k, inv_rm_star_kr, lbase_log, log_compute_optimal_size,
+    log_dual_ratio_factor, log_effective_model, m3_loss, P_SHARPNESS, param_A, param_alpha,
+    param_B, param_beta, param_E, param_RD_star, param_RM_star, phi, PSI, R0, RDH_STAR, rm_star_k,
+    rm_star_kr, RMK, saturation, saturation_lp, TABLE13, TABLE13_JA, TABLE13_JA_BASE,
 )
-
-# Table 13 (M3 law fitted on all data), Japanese column; the default example of the M3 family.
-TABLE13 = {
-    "ja": dict(A=5598.7, B=3988.8, alpha=0.504, beta=0.426, E=1.548, RD_star=10.18,
-               RDh_star=51.89, psi=3.232, RM_star=23.80, gamma=0.0834, gamma2=0.0343),
-    "id": dict(A=6732.1, B=15625.9, alpha=0.532, beta=0.515, E=1.760, RD_star=7.91,
-               RDh_star=35.14, psi=4.273, RM_star=25.67, gamma=0.0571, gamma2=0.0184),
-    "sw": dict(A=48958.3, B=3134.6, alpha=0.646, beta=0.418, E=2.428, RD_star=5.14,
-               RDh_star=19.34, psi=4.107, RM_star=53.62, gamma=0.0815, gamma2=0.0544),
-}
-_EX = TABLE13["ja"]
-_EX_BASE = {k: _EX[k] for k in ("A", "B", "alpha", "beta", "E")}
-
-# --- building blocks ----------------------------------------------------------------------------
-
-
-def _phi(x):
-    """(1 - exp(-x)) / x with phi(0) = 1; accurate and differentiable near 0."""
-    x = jnp.asarray(x)
-    small = jnp.abs(x) < 1e-6
-    xs = jnp.where(small, 1.0, x)
-    return jnp.where(small, 1.0 - 0.5 * x + x * x / 6.0, -jnp.expm1(-xs) / xs)
-
-
-def saturation(R, R_star):
-    """h(R; R*) = 1 + R* (1 - exp(-R/R*))  (M3 Eq. 5; Muennighoff et al. 2023).
-
-    Evaluated as ``1 + R phi(R / R*)``; ``R_star = inf`` gives ``1 + R`` exactly.
-    """
-    return 1.0 + R * _phi(R / R_star)
-
-
-def saturation_lp(R, R_star, p):
-    """h_Lp(R; R*, p) = 1 + R / (1 + (R/R*)^p)^(1/p)  (M3 Eq. 20, Appendix D.3).
-
-    Same limit 1 + R* as R -> inf as :func:`saturation`, with a sharper knee for large p. Evaluated
-    as ``1 + R exp(-softplus(p log(R/R*)) / p)`` with R = 0 guarded (value and gradient).
-    """
-    pos = R > 0
-    Rs = jnp.where(pos, R, R_star)
-    z = p * (jnp.log(Rs) - jnp.log(R_star))
-    return 1.0 + jnp.where(pos, R * jnp.exp(-jax.nn.softplus(z) / p), 0.0)
-
-
-def log_compute_optimal_size(log_D, A, B, alpha, beta):
-    """log of G^((alpha+beta)/alpha) D^(beta/alpha), G = (alpha A / (beta B))^(1/(alpha+beta)).
-
-    The single-epoch compute-optimal model size for D unique tokens (U_M of M3 Eq. 5; N_opt(U_D)
-    of Muennighoff et al.), in closed form: ``(log(alpha A) - log(beta B) + beta log D) / alpha``.
-    """
-    return (jnp.log(alpha * A) - jnp.log(beta * B) + beta * log_D) / alpha
-
-
-def _log_effective_model(log_M, log_U_opt, inv_RM_star):
-    """log M' = log(U_M h(R_M; R_M*)), U_M = min(U_opt, M), R_M = M/U_M - 1  (M3 Eq. 5 / 12)."""
-    log_U = jnp.minimum(log_U_opt, log_M)
-    R_M = jnp.expm1(log_M - log_U)
-    return log_U + jnp.log1p(R_M * _phi(R_M * inv_RM_star))
-
-
-def rm_star_k(k, a, b, c):
-    """R_M*(k) = a / (k - 1)^b + c  (M3 Eq. 7); ``inf`` at k = 1.
-
-    M' -> M as k -> 1, with M'/M - 1 = O(1 / R_M*(k)) = O((k - 1)^b / a).
-    """
-    return a / (k - 1.0) ** b + c
-
-
-def inv_rm_star_k(k, a, b, c):
-    """1 / R_M*(k) = (k-1)^b / (a + c (k-1)^b): finite (0) at k = 1, with finite gradients."""
-    km1 = k - 1.0
-    pos = km1 > 0
-    t = jnp.where(pos, jnp.exp(b * jnp.log(jnp.where(pos, km1, 1.0))), 0.0)
-    return t / (a + c * t)
-
-
-def high_resource_weight(r, R_D, RDh_star, psi):
-    """g(r, R_D) = (1-r)^psi + [1 - (1-r)^psi] exp(-R_D / R_D,high*)  (M3 Eq. 9).
-
-    g = 1 at R_D = 0 and decays to the floor (1 - r)^psi; (1-r)^psi is guarded at r = 1.
-    """
-    om = 1.0 - r
-    pos = om > 0
-    floor = jnp.where(pos, jnp.exp(psi * jnp.log(jnp.where(pos, om, 1.0))), 0.0)
-    return floor + (1.0 - floor) * jnp.exp(-R_D / RDh_star)
-
-
-def log_dual_ratio_factor(r, r_f, gamma, gamma2):
-    """log R_dual(r, r_f) = -gamma log r_f - gamma2 log(r / r_f)  (M3 Eq. 8).
-
-    One formula covers both cases of Eq. 8: single-stage rows have r_f = r, giving r^-gamma.
-    """
-    log_rf = jnp.log(r_f)
-    return -gamma * log_rf - gamma2 * (jnp.log(r) - log_rf)
-
-
-def _final_ratio(x):
-    """r_f, with the absent-column default (r_f = 0) meaning single-stage: r_f = r."""
-    return jnp.where(x["r_f"] > 0, x["r_f"], x["r"])
-
-
-def _lbase_log(p, log_M, log_D):
-    """L_base = E + A/M^alpha + B/D^beta from log sizes (M3 Eq. 2)."""
-    return (
-        p["E"]
-        + jnp.exp(jnp.log(p["A"]) - p["alpha"] * log_M)
-        + jnp.exp(jnp.log(p["B"]) - p["beta"] * log_D)
-    )
-
 
 # --- law functions --------------------------------------------------------------------------------
 
@@ -229,16 +70,16 @@ def _he(p, x):
 
 
 def _he_dual(p, x):
-    log_r = log_dual_ratio_factor(x["r"], _final_ratio(x), p["gamma"], p["gamma2"])
+    log_r = log_dual_ratio_factor(x["r"], final_ratio(x), p["gamma"], p["gamma2"])
     return _chinchilla(p, {"N": x["M"], "D": x["D"]}) * jnp.exp(log_r)
 
 
 def _muennighoff_core(p, log_N, log_U, R_D, RN_star):
     """E + A/N'^alpha + B/D'^beta with D' = U h(R_D; R_D*), N' = U_N h(R_N; R_N*)."""
-    log_Dp = log_U + jnp.log1p(R_D * _phi(R_D / p["RD_star"]))
+    log_Dp = log_U + jnp.log1p(R_D * phi(R_D / p["RD_star"]))
     log_U_N = log_compute_optimal_size(log_U, p["A"], p["B"], p["alpha"], p["beta"])
-    log_Np = _log_effective_model(log_N, log_U_N, 1.0 / RN_star)
-    return _lbase_log(p, log_Np, log_Dp)
+    log_Np = log_effective_model(log_N, log_U_N, 1.0 / RN_star)
+    return lbase_log(p, log_Np, log_Dp)
 
 
 def _muennighoff(p, x):
@@ -250,20 +91,15 @@ def _muennighoff_m3(p, x):
     return _muennighoff_core(p, jnp.log(x["M"]), jnp.log(x["D_T"]), x["k"] - 1.0, p["RM_star"])
 
 
-def _high_over_target(x):
-    """D_high / D_T = k (1 - r) / r."""
-    return x["k"] * (1.0 - x["r"]) / x["r"]
-
-
 def _atlas(p, x):
     h = saturation(x["k"] - 1.0, p["RD_star"])
-    log_Dp = jnp.log(x["D_T"]) + jnp.log(h + p["tau"] * _high_over_target(x))
-    return _lbase_log(p, jnp.log(x["M"]), log_Dp)
+    log_Dp = jnp.log(x["D_T"]) + jnp.log(h + p["tau"] * high_over_target(x))
+    return lbase_log(p, jnp.log(x["M"]), log_Dp)
 
 
 def _sedova(p, x):
     h = saturation(x["k"] - 1.0, p["RD_star_s"])
-    log_Dp = jnp.log(x["D_T"]) + jnp.log(_high_over_target(x) + p["tau_s"] * h)
+    log_Dp = jnp.log(x["D_T"]) + jnp.log(high_over_target(x) + p["tau_s"] * h)
     log_M = jnp.log(x["M"])
     return (
         p["E_s"]
@@ -284,56 +120,39 @@ def _zhang(p, x):
     return jnp.exp(log_term) + p["E"]
 
 
-def _m3_loss(p, x, *, h_data, inv_RM_star, log_ratio):
-    """(A/M'^alpha + B/D'^beta + E) * exp(log_ratio) with D' = D_T [h_data + g k (1-r)/r]."""
-    k, r = x["k"], x["r"]
-    R_D = k - 1.0
-    g = high_resource_weight(r, R_D, p["RDh_star"], p["psi"])
-    log_Dp = jnp.log(x["D_T"]) + jnp.log(h_data + g * _high_over_target(x))
-    log_M = jnp.log(x["M"])
-    log_U = log_compute_optimal_size(jnp.log(x["D_T"]), p["A"], p["B"], p["alpha"], p["beta"])
-    log_Mp = _log_effective_model(log_M, log_U, inv_RM_star)
-    return _lbase_log(p, log_Mp, log_Dp) * jnp.exp(log_ratio)
-
-
 def _m3(p, x):
-    return _m3_loss(
+    return m3_loss(
         p, x,
         h_data=saturation(x["k"] - 1.0, p["RD_star"]),
         inv_RM_star=1.0 / p["RM_star"],
-        log_ratio=log_dual_ratio_factor(x["r"], _final_ratio(x), p["gamma"], p["gamma2"]),
+        log_ratio=log_dual_ratio_factor(x["r"], final_ratio(x), p["gamma"], p["gamma2"]),
     )
 
 
 def _m3_hlp(p, x):
-    return _m3_loss(
+    return m3_loss(
         p, x,
         h_data=saturation_lp(x["k"] - 1.0, p["RD_star"], p["p"]),
         inv_RM_star=1.0 / p["RM_star"],
-        log_ratio=log_dual_ratio_factor(x["r"], _final_ratio(x), p["gamma"], p["gamma2"]),
+        log_ratio=log_dual_ratio_factor(x["r"], final_ratio(x), p["gamma"], p["gamma2"]),
     )
-
-
-def gamma2_r1(r1, gamma2, gamma2_dot, r0):
-    """gamma2~(r1) = gamma2 + gamma2_dot ln(r0 + r1)  (M3 Eq. 21)."""
-    return gamma2 + gamma2_dot * jnp.log(r0 + r1)
 
 
 def _m3_r1(p, x):
     g2 = gamma2_r1(x["r1"], p["gamma2"], p["gamma2_dot"], p["r0"])
-    return _m3_loss(
+    return m3_loss(
         p, x,
         h_data=saturation(x["k"] - 1.0, p["RD_star"]),
         inv_RM_star=1.0 / p["RM_star"],
-        log_ratio=log_dual_ratio_factor(x["r"], _final_ratio(x), p["gamma"], g2),
+        log_ratio=log_dual_ratio_factor(x["r"], final_ratio(x), p["gamma"], g2),
     )
 
 
 def _m3_rmk(p, x):
     log_Dp = jnp.log(x["D_T"]) + jnp.log(saturation(x["k"] - 1.0, p["RD_star"]))
     log_U = log_compute_optimal_size(jnp.log(x["D_T"]), p["A"], p["B"], p["alpha"], p["beta"])
-    log_Mp = _log_effective_model(jnp.log(x["M"]), log_U, inv_rm_star_k(x["k"], p["a"], p["b"], p["c"]))
-    return _lbase_log(p, log_Mp, log_Dp)
+    log_Mp = log_effective_model(jnp.log(x["M"]), log_U, inv_rm_star_k(x["k"], p["a"], p["b"], p["c"]))
+    return lbase_log(p, log_Mp, log_Dp)
 
 
 def phase1_rows(df):
@@ -356,7 +175,7 @@ _STAGES = {"k": 1.0, "r": 1.0, "r_f": 0.0}
 
 chinchilla = register(Law(
     name="chinchilla",
-    params=_BASE,
+    params=BASE,
     variables=("N", "D"),
     fn=_chinchilla,
     equation="L = E + A/N^alpha + B/D^beta  (Hoffmann et al. 2022; M3 Eq. 2 with M -> N)",
@@ -377,12 +196,12 @@ chinchilla_m3 = register(dataclasses.replace(
         N="M",
     ),
     equation="L = E + A/M^alpha + B/D^beta  (M3 Eq. 2; Appendix C.3 Chinchilla, 5P)",
-    example=_EX_BASE,
+    example=TABLE13_JA_BASE,
 ))
 
 he = register(Law(
     name="he",
-    params=_BASE + (_GAMMA,),
+    params=BASE + (GAMMA,),
     variables=("M", "D", "r"),
     fn=_he,
     equation="L = (A/M^alpha + B/D^beta + E) r^-gamma  (He et al. 2024; M3 Eq. 1, App. C.3, 6P)",
@@ -390,13 +209,13 @@ he = register(Law(
     description="Single-stage multilingual law: a power-law language-ratio factor on Chinchilla. "
                 "D is the total token count k D_T / r. A missing r column means r = 1. Example: "
                 "Table 13 (ja) base with the single-stage pilot gamma = 0.1021 of Sec. 3.3.2.",
-    example={**_EX_BASE, "gamma": 0.1021},
+    example={**TABLE13_JA_BASE, "gamma": 0.1021},
     **_TWO_PHASE,
 ))
 
 he_dual = register(Law(
     name="he_dual",
-    params=_BASE + (_GAMMA, _GAMMA2),
+    params=BASE + (GAMMA, GAMMA2),
     variables=("M", "D", "r", "r_f"),
     fn=_he_dual,
     equation="L = (A/M^alpha + B/D^beta + E) r_f^-gamma (r/r_f)^-gamma2  "
@@ -405,7 +224,7 @@ he_dual = register(Law(
     description="He with the dual power law for multi-stage training; r_f = r (single-stage, also "
                 "when the r_f column is absent) gives `he`. Example: Table 13 (ja) base with the "
                 "pilot values gamma = 0.1021, gamma2 = 0.0434 of Sec. 3.3.2.",
-    example={**_EX_BASE, "gamma": 0.1021, "gamma2": 0.0434},
+    example={**TABLE13_JA_BASE, "gamma": 0.1021, "gamma2": 0.0434},
     **_TWO_PHASE,
 ))
 
@@ -416,7 +235,7 @@ _MUEN_EX = dict(A=math.exp(6.255414), B=math.exp(7.3049974), alpha=0.3526596, be
 
 muennighoff = register(Law(
     name="muennighoff",
-    params=_BASE + (_RD_star(), _RM_star("RN_star", "saturation constant R_N* of the effective "
+    params=BASE + (param_RD_star(), param_RM_star("RN_star", "saturation constant R_N* of the effective "
                                                    "parameter count")),
     variables=("N", "D", "U"),
     fn=_muennighoff,
@@ -433,7 +252,7 @@ muennighoff = register(Law(
 
 muennighoff_m3 = register(Law(
     name="muennighoff_m3",
-    params=_BASE + (_RD_star(), _RM_star()),
+    params=BASE + (param_RD_star(), param_RM_star()),
     variables=("M", "D_T", "k"),
     fn=_muennighoff_m3,
     equation="L = L_base(M', D'), D' = D_T h(k-1; R_D*), M' = U_M h(M/U_M - 1; R_M*)  "
@@ -442,13 +261,13 @@ muennighoff_m3 = register(Law(
     description="The M3 paper's Muennighoff baseline: the `muennighoff` function with N -> M, "
                 "U -> D_T and R_D = k - 1 (so D -> k D_T: the repeated target tokens; high-resource "
                 "tokens are ignored, as in the paper). Example: Table 13 (ja) values.",
-    example={**_EX_BASE, "RD_star": _EX["RD_star"], "RM_star": _EX["RM_star"]},
+    example={**TABLE13_JA_BASE, "RD_star": TABLE13_JA["RD_star"], "RM_star": TABLE13_JA["RM_star"]},
     **_TWO_PHASE,
 ))
 
 atlas = register(Law(
     name="atlas",
-    params=_BASE + (_RD_star(), Param(
+    params=BASE + (param_RD_star(), Param(
         "tau", 0.0, 1.0, (0.01, 0.99), False,
         "constant weight of high-resource tokens in D' (Eq. 6); not in Table 6: [0, 1] keeps "
         "D' > 0 and a high-resource token worth at most one target token (like g <= 1 of Eq. 9)")),
@@ -460,18 +279,18 @@ atlas = register(Law(
     description="Multilingual data-constrained law: repeated target data saturates, high-resource "
                 "tokens count with a constant weight tau; no effective model size. Example: Table 13 "
                 "(ja) base and R_D*, tau = 0.5 (illustrative).",
-    example={**_EX_BASE, "RD_star": _EX["RD_star"], "tau": 0.5},
+    example={**TABLE13_JA_BASE, "RD_star": TABLE13_JA["RD_star"], "tau": 0.5},
     **_TWO_PHASE,
 ))
 
 sedova = register(Law(
     name="sedova",
     params=(
-        _E("E_s"),
-        _A("C_s", "coefficient of the model-size term C_s/M^beta_s"),
-        _B("B_s", "coefficient of the coupled data term"),
-        _beta("alpha_s", "data exponent (on D'_Se); Table 6's data-exponent range"),
-        _alpha("beta_s", "model-size exponent; Table 6's model-exponent range"),
+        param_E("E_s"),
+        param_A("C_s", "coefficient of the model-size term C_s/M^beta_s"),
+        param_B("B_s", "coefficient of the coupled data term"),
+        param_beta("alpha_s", "data exponent (on D'_Se); Table 6's data-exponent range"),
+        param_alpha("beta_s", "model-size exponent; Table 6's model-exponent range"),
         Param("delta_s", -2.0, 2.0, (-0.3, 0.3), False,
               "model-size exponent inside the data term; not in Table 6: real, [-2, 2]"),
         Param("gamma_s", -5.0, 5.0, (-0.5, 0.5), False,
@@ -479,7 +298,7 @@ sedova = register(Law(
         Param("tau_s", 1e-3, 1e3, (0.1, 10.0), True,
               "weight of the target corpus relative to high-resource tokens; not in Table 6: "
               "[1e-3, 1e3], log-uniform init"),
-        _RD_star("RD_star_s", "saturation constant of the repeated target data"),
+        param_RD_star("RD_star_s", "saturation constant of the repeated target data"),
     ),
     variables=("M", "D_T", "k", "r"),
     fn=_sedova,
@@ -504,7 +323,7 @@ zhang = register(Law(
         Param("phi1", 0.0, 2.0, (0.01, 0.5), False, "first-stage data exponent; [0, 2]"),
         Param("phi2", 0.0, 2.0, (0.01, 0.5), False, "second-stage data exponent; [0, 2]"),
         Param("gamma", 0.0, 1.0, (0.01, 0.5), False, "final-ratio exponent; [0, 1]"),
-        _E(),
+        param_E(),
     ),
     variables=("M", "D_1", "D_2", "r_f"),
     fn=_zhang,
@@ -517,7 +336,7 @@ zhang = register(Law(
 
 m3 = register(Law(
     name="m3",
-    params=_BASE + (_RD_star(), _RDH, _PSI, _RM_star(), _GAMMA, _GAMMA2),
+    params=BASE + (param_RD_star(), RDH_STAR, PSI, param_RM_star(), GAMMA, GAMMA2),
     variables=("M", "D_T", "k", "r", "r_f"),
     fn=_m3,
     equation="L = (A/M'^alpha + B/D'^beta + E) r_f^-gamma (r/r_f)^-gamma2, "
@@ -528,13 +347,13 @@ m3 = register(Law(
                 "have r_f = r (also when the r_f column is absent); k = 1 and r = 1 when absent. "
                 "At k = 1, r = 1 and M <= U_M it is Chinchilla in M. Fit two-phase (App. C.2.4). "
                 "Example: Table 13, Japanese.",
-    example=dict(_EX),
+    example=dict(TABLE13_JA),
     **_TWO_PHASE,
 ))
 
 m3_rmk = register(Law(
     name="m3_rmk",
-    params=_BASE + (_RD_star(),) + _RMK,
+    params=BASE + (param_RD_star(),) + RMK,
     variables=("M", "D_T", "k"),
     fn=_m3_rmk,
     equation="L = A/M'^alpha + B/D'^beta + E, D' = D_T h(k-1; R_D*), M' = U_M h(M/U_M - 1; "
@@ -543,13 +362,13 @@ m3_rmk = register(Law(
     description="Monolingual multi-epoch variant with the k-dependent R_M*(k); R_M*(1) = inf so "
                 "M' = M and the law is Chinchilla at k = 1 for every M. Example: Table 13 (ja) base "
                 "and R_D*; a, b, c illustrative (the paper shows them only in Fig. 2b).",
-    example={**_EX_BASE, "RD_star": _EX["RD_star"], "a": 20.0, "b": 1.0, "c": 5.0},
+    example={**TABLE13_JA_BASE, "RD_star": TABLE13_JA["RD_star"], "a": 20.0, "b": 1.0, "c": 5.0},
     **_TWO_PHASE,
 ))
 
 m3_hlp = register(Law(
     name="m3_hlp",
-    params=m3.params + (_P,),
+    params=m3.params + (P_SHARPNESS,),
     variables=m3.variables,
     fn=_m3_hlp,
     equation="M3 law with D' = D_T h_Lp(k-1; R_D*, p) + g k D_T (1-r)/r, "
@@ -558,13 +377,13 @@ m3_hlp = register(Law(
     description="M3 with the sharper saturation h_Lp of the target-data multiplier (Table 14's "
                 "12P model: h_Lp replaces h in D' only; M' keeps h). Example: Table 13 (ja), p = 4 "
                 "(illustrative).",
-    example={**_EX, "p": 4.0},
+    example={**TABLE13_JA, "p": 4.0},
     **_TWO_PHASE,
 ))
 
 m3_r1 = register(Law(
     name="m3_r1",
-    params=m3.params + (_GAMMA2_DOT, _R0),
+    params=m3.params + (GAMMA2_DOT, R0),
     variables=m3.variables + ("r1",),
     fn=_m3_r1,
     equation="M3 law with gamma2 -> gamma2 + gamma2_dot ln(r0 + r1): "
@@ -574,7 +393,7 @@ m3_r1 = register(Law(
                 "required: single-stage rows carry r1 = r (their r / r_f = 1 makes it irrelevant). "
                 "gamma2_dot = 0 gives `m3`. Example: Table 13 (ja), gamma2_dot = 0.01, r0 = 0.01 "
                 "(illustrative).",
-    example={**_EX, "gamma2_dot": 0.01, "r0": 0.01},
+    example={**TABLE13_JA, "gamma2_dot": 0.01, "r0": 0.01},
     **_TWO_PHASE,
 ))
 
@@ -621,21 +440,8 @@ ptpp_gated_floor_m3 = _two_stage(_ptpp.ptpp_gated_floor, "ptpp_gated_floor_m3", 
 # --- ablations of M3 Table 2 (a) and Table 16 (App. D.5) ------------------------------------------
 
 
-def rm_star_kr(k, r, a, b, c, d):
-    """R_M*(k, r) = R_M*(k) r^-d = (a / (k - 1)^b + c) r^-d  (M3 Eq. 23, App. D.5.1; Eq. 7).
-
-    ``inf`` at k = 1 (M' = M); larger (weaker saturation) at smaller r for d > 0.
-    """
-    return rm_star_k(k, a, b, c) * r ** -d
-
-
-def inv_rm_star_kr(k, r, a, b, c, d):
-    """1 / R_M*(k, r) = r^d / R_M*(k): finite (0) at k = 1, with finite gradients (Eq. 23)."""
-    return inv_rm_star_k(k, a, b, c) * jnp.exp(d * jnp.log(r))
-
-
 def _m3_nodual(p, x):
-    return _m3_loss(
+    return m3_loss(
         p, x,
         h_data=saturation(x["k"] - 1.0, p["RD_star"]),
         inv_RM_star=1.0 / p["RM_star"],
@@ -646,17 +452,17 @@ def _m3_nodual(p, x):
 def _m3_variant(p, x, *, inv_RM_star, with_g):
     """M3 (Eqs. 8-12) with a given 1/R_M* and, without g, D' = D_T [h(k-1; R_D*) + k (1-r)/r]."""
     if with_g:
-        return _m3_loss(
+        return m3_loss(
             p, x,
             h_data=saturation(x["k"] - 1.0, p["RD_star"]),
             inv_RM_star=inv_RM_star,
-            log_ratio=log_dual_ratio_factor(x["r"], _final_ratio(x), p["gamma"], p["gamma2"]),
+            log_ratio=log_dual_ratio_factor(x["r"], final_ratio(x), p["gamma"], p["gamma2"]),
         )
-    return _m3_loss(
+    return m3_loss(
         {**p, "RDh_star": jnp.inf, "psi": 1.0}, x,   # exp(-R_D / inf) = 1: g = 1 (Eq. 9)
         h_data=saturation(x["k"] - 1.0, p["RD_star"]),
         inv_RM_star=inv_RM_star,
-        log_ratio=log_dual_ratio_factor(x["r"], _final_ratio(x), p["gamma"], p["gamma2"]),
+        log_ratio=log_dual_ratio_factor(x["r"], final_ratio(x), p["gamma"], p["gamma2"]),
     )
 
 
@@ -679,17 +485,14 @@ def _m3_rmk_g(p, x):
     return _m3_variant(p, x, inv_RM_star=inv, with_g=True)
 
 
-_D_EXP = Param("d", 0.0, 5.0, (0.01, 1.0), False,
-               "ratio exponent of R_M*(k, r) = R_M*(k) r^-d (Eq. 23); not in Table 6: the paper "
-               "asks d > 0; [0, 5] like an exponent, init [0.01, 1]")
-_RATIO = (_GAMMA, _GAMMA2)
-_G = (_RDH, _PSI)
+_RATIO = (GAMMA, GAMMA2)
+_G = (RDH_STAR, PSI)
 _RMK_EX = {"a": 20.0, "b": 1.0, "c": 5.0}
 
 m3_nodual = register(Law(
     name="m3_nodual",
     **_TWO_PHASE,
-    params=_BASE + (_RD_star(), _RDH, _PSI, _RM_star(), _GAMMA),
+    params=BASE + (param_RD_star(), RDH_STAR, PSI, param_RM_star(), GAMMA),
     variables=("M", "D_T", "k", "r"),
     fn=_m3_nodual,
     equation="M3 with R_dual -> r^-gamma: L = (A/M'^alpha + B/D'^beta + E) r^-gamma, D', M' as in "
@@ -698,13 +501,13 @@ m3_nodual = register(Law(
     description="Ablation of M3 Table 2 (a)/(d): the dual power law (Eq. 8) replaced by He's power "
                 "of the average ratio; two-stage rows are read through r only. Fit two-phase. "
                 "Example: Table 13 (ja) without gamma2.",
-    example={k: v for k, v in _EX.items() if k != "gamma2"},
+    example={k: v for k, v in TABLE13_JA.items() if k != "gamma2"},
 ))
 
 m3_nog = register(Law(
     name="m3_nog",
     **_TWO_PHASE,
-    params=_BASE + (_RD_star(), _RM_star()) + _RATIO,
+    params=BASE + (param_RD_star(), param_RM_star()) + _RATIO,
     variables=m3.variables,
     fn=_m3_nog,
     equation="M3 with g = 1: D' = D_T [h(k-1; R_D*) + k (1-r)/r]  (M3 Table 2 '-g'; Table 16 "
@@ -712,13 +515,13 @@ m3_nog = register(Law(
     defaults=dict(_STAGES),
     description="Ablation of M3 Table 2 (a): no high-resource weight g (Eq. 9), every helper token "
                 "counts fully in D'. Fit two-phase. Example: Table 13 (ja) without R_D,high*, psi.",
-    example={k: v for k, v in _EX.items() if k not in ("RDh_star", "psi")},
+    example={k: v for k, v in TABLE13_JA.items() if k not in ("RDh_star", "psi")},
 ))
 
 m3_rmkr_nog = register(Law(
     name="m3_rmkr_nog",
     **_TWO_PHASE,
-    params=_BASE + (_RD_star(),) + _RMK + (_D_EXP,) + _RATIO,
+    params=BASE + (param_RD_star(),) + RMK + (D_EXP,) + _RATIO,
     variables=m3.variables,
     fn=_m3_rmkr_nog,
     equation="M3 with M' = U_M h(M/U_M - 1; R_M*(k, r)), R_M*(k, r) = (a/(k-1)^b + c) r^-d, "
@@ -726,14 +529,14 @@ m3_rmkr_nog = register(Law(
     defaults=dict(_STAGES),
     description="Table 16 variant: the (k, r) dependence carried by R_M* alone (g = 1). Fit "
                 "two-phase. Example: Table 13 (ja); a, b, c, d illustrative.",
-    example={**{k: v for k, v in _EX.items() if k not in ("RDh_star", "psi", "RM_star")},
+    example={**{k: v for k, v in TABLE13_JA.items() if k not in ("RDh_star", "psi", "RM_star")},
              **_RMK_EX, "d": 0.5},
 ))
 
 m3_rmkr = register(Law(
     name="m3_rmkr",
     **_TWO_PHASE,
-    params=_BASE + (_RD_star(),) + _G + _RMK + (_D_EXP,) + _RATIO,
+    params=BASE + (param_RD_star(),) + _G + RMK + (D_EXP,) + _RATIO,
     variables=m3.variables,
     fn=_m3_rmkr,
     equation="M3 with R_M* -> R_M*(k, r) = (a/(k-1)^b + c) r^-d and g of Eq. 9  (M3 Eq. 23, "
@@ -741,13 +544,13 @@ m3_rmkr = register(Law(
     defaults=dict(_STAGES),
     description="Table 16 variant: the (k, r) dependence carried by both R_M* and g. Fit "
                 "two-phase. Example: Table 13 (ja); a, b, c, d illustrative.",
-    example={**{k: v for k, v in _EX.items() if k != "RM_star"}, **_RMK_EX, "d": 0.5},
+    example={**{k: v for k, v in TABLE13_JA.items() if k != "RM_star"}, **_RMK_EX, "d": 0.5},
 ))
 
 m3_rmk_g = register(Law(
     name="m3_rmk_g",
     **_TWO_PHASE,
-    params=_BASE + (_RD_star(),) + _G + _RMK + _RATIO,
+    params=BASE + (param_RD_star(),) + _G + RMK + _RATIO,
     variables=m3.variables,
     fn=_m3_rmk_g,
     equation="M3 with R_M* -> R_M*(k) = a/(k-1)^b + c (Eq. 7) and g of Eq. 9  (M3 Table 16 "
@@ -755,7 +558,7 @@ m3_rmk_g = register(Law(
     defaults=dict(_STAGES),
     description="Table 16 variant: multilingual M3 with the k-dependent R_M*(k) of `m3_rmk`. Fit "
                 "two-phase. Example: Table 13 (ja); a, b, c illustrative.",
-    example={**{k: v for k, v in _EX.items() if k != "RM_star"}, **_RMK_EX},
+    example={**{k: v for k, v in TABLE13_JA.items() if k != "RM_star"}, **_RMK_EX},
 ))
 
 
@@ -763,13 +566,13 @@ def _m3_rmk_hlp(p, x):
     log_Dp = jnp.log(x["D_T"]) + jnp.log(saturation_lp(x["k"] - 1.0, p["RD_star"], p["p"]))
     log_U = log_compute_optimal_size(jnp.log(x["D_T"]), p["A"], p["B"], p["alpha"], p["beta"])
     inv = inv_rm_star_k(x["k"], p["a"], p["b"], p["c"])
-    return _lbase_log(p, _log_effective_model(jnp.log(x["M"]), log_U, inv), log_Dp)
+    return lbase_log(p, log_effective_model(jnp.log(x["M"]), log_U, inv), log_Dp)
 
 
 m3_rmk_hlp = register(Law(
     name="m3_rmk_hlp",
     **_TWO_PHASE,
-    params=m3_rmk.params + (_P,),
+    params=m3_rmk.params + (P_SHARPNESS,),
     variables=m3_rmk.variables,
     fn=_m3_rmk_hlp,
     equation="`m3_rmk` with D' = D_T h_Lp(k-1; R_D*, p)  (M3 Eq. 20 with Eq. 7, Table 14 "
