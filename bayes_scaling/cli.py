@@ -19,423 +19,24 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
-import subprocess
 import sys
-import time
-import traceback
 import warnings
-from pathlib import Path
 
-import pandas as pd
-
-from scaleout import get_executor
-
-from . import checks, design, scalebench
-from .errors import BayesScalingError, ConvergenceWarning, DataError, LawError, OptionError
+from .cli_commands import (
+    cmd_datasets,
+    cmd_demo,
+    cmd_fit,
+    cmd_forecast,
+    cmd_laws,
+    cmd_plan,
+    cmd_posterior,
+    step,
+)
+from .cli_input import import_law_modules, nonnegative_int, positive_int, probability
+from .cli_runs import add_design_parser, cmd_analyses, cmd_train
+from .errors import BayesScalingError, LawError
 
 LAW_MODULE_COMMANDS = ("fit", "posterior", "forecast", "plan")
-
-
-def _read_table(path: str, query: str | None) -> pd.DataFrame:
-    """A loss table from a CSV path or ``dataset:NAME``, optionally filtered by a pandas query."""
-    if path.startswith("dataset:"):
-        from . import datasets
-
-        df = datasets.load(path.split(":", 1)[1])
-    else:
-        if not Path(path).is_file():
-            raise DataError(f"{path}: no such file; give a CSV loss table (a header row of column "
-                            "names, one row per run) or dataset:NAME (see `bayes-scaling "
-                            "datasets`)")
-        try:
-            df = pd.read_csv(path)
-        except pd.errors.EmptyDataError:
-            raise DataError(f"{path} is empty; a loss table needs a header row of column names "
-                            "and one row per run") from None
-        except (pd.errors.ParserError, UnicodeDecodeError) as e:
-            raise DataError(f"{path} is not a readable CSV ({str(e).splitlines()[0]}); save it as "
-                            "comma-separated text with one header row") from None
-    if df.empty:
-        raise DataError(f"{path} has a header ({', '.join(map(str, df.columns))}) but no rows; "
-                        "add one row per measured run")
-    if query:
-        try:
-            df = df.query(query)
-        except (SyntaxError, NameError, KeyError, TypeError, ValueError, AttributeError) as e:
-            raise DataError(f"--query {query!r} is not a valid pandas query on {path} "
-                            f"({type(e).__name__}: {e}); the columns are "
-                            f"{', '.join(map(str, df.columns))}; e.g. --query \"domain == "
-                            "'target' and D > 0\"") from None
-        if df.empty:
-            raise DataError(f"--query {query!r} selects no rows of {path}; loosen it")
-    return df
-
-
-def _check_writable(path: str | None, option: str) -> None:
-    """Refuse an output path whose directory does not exist, before any computation."""
-    if path is None:
-        return
-    p = Path(path)
-    if p.is_dir():
-        raise OptionError(f"{option} {path} is a directory; give a file name inside it")
-    if not p.parent.is_dir():
-        raise OptionError(f"{option} {path}: the directory {p.parent} does not exist; create it "
-                          "first or write elsewhere")
-
-
-def _law_error(e: LawError, path: str) -> BayesScalingError:
-    return LawError(f"{path} was written with a law that is not registered here ({e.message}); "
-                    "pass --law-module FILE.py, the file that registers it")
-
-
-def _load_posterior(path: str):
-    """A posterior saved by ``bayes-scaling posterior``, or one clear error."""
-    from .bayes import load_posterior
-
-    if not Path(path).is_file():
-        raise DataError(f"{path}: no such file (a posterior .nc from `bayes-scaling posterior "
-                        "--out`)")
-    if path.endswith(".json"):
-        raise DataError(f"{path} is a point fit (JSON from `bayes-scaling fit --out`), which has "
-                        "no forecast distribution; forecast needs a posterior .nc from "
-                        "`bayes-scaling posterior --out`")
-    try:
-        return load_posterior(path)
-    except LawError as e:
-        raise _law_error(e, path) from None
-    except (OSError, ValueError, KeyError) as e:
-        raise DataError(f"cannot read {path} as a posterior ({type(e).__name__}: {e}): it is "
-                        "not a complete .nc written by `bayes-scaling posterior` (truncated or "
-                        "corrupt?); write it again") from None
-
-
-@contextlib.contextmanager
-def _step(what: str):
-    """One status line on stderr before a long step and one with its time after it."""
-    print(f"{what} ...", file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    yield
-    print(f"{what}: done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
-
-
-def _print_fit(fit, df) -> None:
-    print(fit.law.describe().splitlines()[0])
-    print(f"rows: {fit.n_rows}   starts: {len(fit.starts)} ({fit.n_failed} non-finite, "
-          f"{int(fit.starts['converged'].sum())} converged)   delta: {fit.settings['delta']:g}   "
-          f"time: {fit.settings['seconds']:.2f} s")
-    print(f"objective (summed Huber of log residuals): {fit.objective:.6g}")
-    w = max(len(k) for k in fit.params)
-    for k, v in fit.params.items():
-        tag = "  (fixed)" if k in fit.settings["fixed"] else ""
-        print(f"  {k:>{w}s} = {v:.6g}{tag}")
-    m = fit.score(df)
-    print("in-sample metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in m.items()))
-    stuck = checks.at_bounds(fit.law, fit.params, fit.settings["fixed"])
-    if stuck:
-        print("warning: parameters on a bound: "
-              + ", ".join(f"{k} = {fit.params[k]:.4g} (bound {b:g})" for k, b in stuck.items())
-              + "; the table does not determine them, so these values are the bounds, not "
-              "estimates: check the table's units and rows, hold them fixed with --fixed "
-              "NAME=VALUE, or use a law with fewer parameters", file=sys.stderr)
-
-
-def _parse_fixed(items) -> dict:
-    fixed = {}
-    for item in items or ():
-        k, eq, v = item.partition("=")
-        try:
-            fixed[k] = float(v) if eq and k else None
-        except ValueError:
-            fixed[k] = None
-        if fixed[k] is None:
-            raise OptionError(f"--fixed expects NAME=VALUE (e.g. --fixed alpha=0.34), got {item!r}")
-    return fixed
-
-
-def cmd_laws(args) -> None:
-    from . import laws
-
-    for name in laws.names():
-        print(laws.get(name).describe())
-        print()
-
-
-def cmd_fit(args) -> None:
-    from .fit import fit_map
-
-    fixed = _parse_fixed(args.fixed)
-    checks.check_fit_options(args.law, delta=args.delta, n_starts=args.n_starts, fixed=fixed)
-    _check_writable(args.out, "--out")
-    _check_writable(args.figure, "--figure")
-    df = _read_table(args.table, args.query)
-    with _step(f"MAP fit of {args.law} ({args.n_starts} starts)"):
-        fit = fit_map(args.law, df, delta=args.delta, n_starts=args.n_starts, seed=args.seed,
-                      fixed=fixed or None, method=args.method)
-    _print_fit(fit, df)
-    if args.out:
-        fit.save(args.out)
-        print(f"saved {args.out}")
-    if args.figure:
-        from .plots import fit_plot
-
-        fit_plot(fit, df, path=args.figure)
-        print(f"saved {args.figure}")
-
-
-def cmd_demo(args) -> None:
-    from . import datasets
-    from .fit import fit_map
-
-    df = datasets.load("chinchilla_epoch")
-    kept = df[df["epoch_kept"]]
-    print("Chinchilla law on Epoch AI's re-extraction of Hoffmann et al. (2022), the 240 points Epoch "
-          "kept; Huber(delta=1e-3) on log residuals, as Epoch fitted it.\n"
-          "Epoch's published estimate: A=482.01 B=2085.43 E=1.817 alpha=0.3478 beta=0.3658\n")
-    with _step(f"MAP fit of chinchilla ({args.n_starts} starts)"):
-        fit = fit_map("chinchilla", kept, delta=1e-3, n_starts=args.n_starts, seed=args.seed)
-    _print_fit(fit, kept)
-
-
-def cmd_datasets(args) -> None:
-    from . import datasets
-
-    for name in datasets.names():
-        df = datasets.load(name)
-        print(f"{name:24s} {len(df):6d} rows   columns: {', '.join(map(str, df.columns[:12]))}")
-
-
-# the posterior's advice speaks Python; its command-line spelling
-CLI_SPELLING = {"method='nuts'": "--method nuts", "num_warmup/num_samples": "--warmup/--samples",
-                "num_samples": "--samples"}
-
-
-def _cli_advice(post) -> str:
-    advice = (post.diagnostics.get("advice") or ["see the diagnostics"])[0]
-    for python, cli in CLI_SPELLING.items():
-        advice = advice.replace(python, cli)
-    return advice
-
-
-def _unconverged_label(post) -> str:
-    failed = post.diagnostics.get("failed") or ["see the diagnostics"]
-    more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-    return f"NOT CONVERGED: {failed[0]}{more}"
-
-
-def cmd_posterior(args) -> None:
-    from .bayes import fit_posterior, use_chain_devices
-
-    checks.check_fit_options(args.law, num_chains=args.chains, num_warmup=args.warmup,
-                             num_samples=args.samples)
-    _check_writable(args.out, "--out")
-    _check_writable(args.figure, "--figure")
-    df = _read_table(args.table, args.query)
-    use_chain_devices(args.chains)  # one CPU device per chain: parallel chains
-    what = (f"posterior of {args.law}: mode search, then "
-            + (f"NUTS ({args.chains} chains x {args.warmup} warmup + {args.samples} draws)"
-               if args.method == "nuts" else f"Laplace ({args.chains * args.samples} draws)"))
-    with _step(what), warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)  # reported below, once
-        post = fit_posterior(args.law, df, method=args.method, likelihood=args.likelihood,
-                             num_chains=args.chains, num_warmup=args.warmup,
-                             num_samples=args.samples, seed=args.seed,
-                             progress_bar=sys.stderr.isatty())  # no bar lines in a log
-    if not post.ok:
-        if not args.allow_unconverged:
-            raise BayesScalingError(
-                f"the posterior of {post.law.name} failed its checks ({_unconverged_label(post)}); "
-                f"nothing was written. Try: {_cli_advice(post)}; or pass --allow-unconverged to "
-                "keep it, labelled NOT CONVERGED")
-        post.idata.posterior.attrs["bayes_scaling_status"] = _unconverged_label(post)
-        print(f"warning: {_unconverged_label(post)}; kept because of --allow-unconverged",
-              file=sys.stderr)
-        print(_unconverged_label(post))
-    post.save(args.out)
-    print(repr(post))
-    print(post.summary().to_string())
-    print(f"saved {args.out}")
-    if args.figure:
-        from .plots import fit_plot
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            fit_plot(post, df, path=args.figure)
-        print(f"saved {args.figure}")
-
-
-def cmd_forecast(args) -> None:
-    _check_writable(args.out, "--out")
-    _check_writable(args.figure, "--figure")
-    post = _load_posterior(args.posterior)
-    new = _read_table(args.table, None)
-    if not post.ok and not args.allow_unconverged:
-        raise BayesScalingError(
-            f"{args.posterior} failed its convergence checks ({_unconverged_label(post)}); its "
-            "intervals may be wrong. Refit it (see `bayes-scaling posterior`), or pass "
-            "--allow-unconverged to forecast anyway, labelled NOT CONVERGED")
-    with _step(f"forecast of {len(new)} rows"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)  # labelled below
-        fc = post.forecast(new, interval=args.interval, kind=args.kind, seed=args.seed)
-    table = pd.concat([new.reset_index(drop=True), fc.reset_index(drop=True)], axis=1)
-    if not post.ok:
-        table["posterior_status"] = "NOT CONVERGED"
-        print(f"warning: {_unconverged_label(post)}; forecast kept because of "
-              "--allow-unconverged (column posterior_status)", file=sys.stderr)
-    if args.out is not None:
-        table.to_csv(args.out, index=False)
-        print(f"saved {args.out}")
-    else:
-        print(table.to_csv(index=False), end="")
-    if args.figure:
-        from .plots import forecast_plot
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            forecast_plot(post, new, interval=args.interval, kind=args.kind, path=args.figure)
-        print(f"saved {args.figure}", file=sys.stderr if args.out is None else sys.stdout)
-
-
-def _load_fit(path: str):
-    """A saved Posterior (.nc) or MapFit (.json)."""
-    from .fit import MapFit
-
-    if not path.endswith(".json"):
-        return _load_posterior(path)
-    if not Path(path).is_file():
-        raise DataError(f"{path}: no such file (a posterior .nc from `bayes-scaling "
-                        "posterior` or a fit .json from `bayes-scaling fit --out`)")
-    try:
-        return MapFit.load(path)
-    except LawError as e:
-        raise _law_error(e, path) from None
-    except (ValueError, KeyError, TypeError) as e:
-        raise DataError(f"cannot read {path} as a fit ({type(e).__name__}: {e}): it is not a "
-                        "complete .json written by `bayes-scaling fit --out` (truncated or "
-                        "edited?); write it again") from None
-
-
-def cmd_plan(args) -> None:
-    from . import plan as P
-
-    forgetting = args.max_forgetting  # "2%" relative; a plain number is absolute
-    try:
-        forgetting = float(forgetting)
-    except ValueError:
-        pass  # adaptation parses (or clearly refuses) the percentage string
-    base = args.source_base
-    if base is not None:
-        try:
-            base = float(base)
-        except ValueError:
-            base = _read_table(base, None)
-            if P.checkpoint_rows(base, args.N, args.ptpp).empty:  # the checkpoint is not measured
-                base = P.pretraining_fit(base)
-    # an infeasible request raises InfeasiblePlanError, whose message names the closest plan
-    pl = P.adaptation(_load_fit(args.target), _load_fit(args.source), N=args.N, ptpp=args.ptpp,
-                      max_forgetting=forgetting, target_loss=args.target_loss, prob=args.prob,
-                      replay_bounds=args.replay_bounds, atpp_bounds=tuple(args.atpp_bounds),
-                      source_base=base, allow_extrapolation=args.allow_extrapolation)
-    print(repr(pl))
-    if args.out:
-        pl.save(args.out)
-        print(f"saved {args.out}")
-    if args.figure:
-        P.plot_adaptation(pl, path=args.figure)
-        print(f"saved {args.figure}")
-
-
-def _source_tree_script(*parts) -> Path:
-    path = Path(__file__).resolve().parents[1].joinpath(*parts)
-    if not path.exists():
-        raise BayesScalingError(f"{'/'.join(parts)} is not here: it ships with the source checkout, "
-                                "not with an installed wheel; run from a clone of the repository")
-    return path
-
-
-def cmd_train(args) -> int:
-    # training/ is a separate package (DESIGN.md rule 7): run it as its own process.
-    cmd = [sys.executable, "-m", "training", "sweep", args.config, "--workers", str(args.workers)]
-    for flag, value in (("--executor", args.executor), ("--ray-address", args.ray_address),
-                        ("--out-dir", args.out_dir), ("--export", args.export)):
-        if value is not None:
-            cmd += [flag, value]
-    return subprocess.call(cmd)
-
-
-def cmd_analyses(args) -> int:
-    cmd = [sys.executable, str(_source_tree_script("analyses", "run_all.py"))]
-    if args.quick:
-        cmd.append("--quick")
-    if args.only:
-        cmd += ["--only", *args.only]
-    if args.jobs is not None:
-        cmd += ["--jobs", str(args.jobs)]
-    return subprocess.call(cmd)
-
-
-def _positive_int(text: str) -> int:
-    return _int_at_least(text, 1)
-
-
-def _nonnegative_int(text: str) -> int:
-    return _int_at_least(text, 0)
-
-
-def _int_at_least(text: str, least: int) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= {least}, got {text!r}") from None
-    if v < least:
-        raise argparse.ArgumentTypeError(f"must be an integer >= {least}, got {v}")
-    return v
-
-
-def _interval(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not 0 < v < 1:
-        raise argparse.ArgumentTypeError(f"must be a probability in (0, 1), e.g. 0.9; got {text!r}")
-    return v
-
-
-def cmd_design(args) -> None:
-    folder = Path(args.task_dir)
-    task_name = folder.name
-    laws = args.laws or list(scalebench.task_laws(task_name))
-    tables = []
-    with get_executor(args.executor, workers=args.workers, address=args.ray_address) as executor:
-        for law_id in laws:
-            task = design.scalebench_task(task_name, law_id, data_dir=folder.parent,
-                                          budgets=args.budgets)
-            for method in args.methods:
-                res = design.run(task, method=method, seeds=range(args.seeds), executor=executor)
-                tables.append(res.assign(task=task_name, law=law_id, method=method))
-    table = pd.concat(tables, ignore_index=True)
-    if args.out:
-        table.to_csv(args.out, index=False)
-    summary = table.groupby(["method", "budget"])[["r2_protocol", "r2_posterior", "coverage90"]]
-    print(summary.mean().round(3).to_string())
-
-
-def add_design_parser(sub) -> None:
-    s = sub.add_parser("design", help="run selection methods on a ScaleBench task folder "
-                                      "(train.csv, test.csv) and write one row per seed and budget")
-    s.add_argument("task_dir", help="a ScaleBench task folder, e.g. .../vocab_scaling_law")
-    s.add_argument("--laws", nargs="*", help="law ids (default: every law of the task)")
-    s.add_argument("--methods", nargs="*", default=["bayes"], choices=list(design.METHODS))
-    s.add_argument("--seeds", type=int, default=10, help="seeds 0 .. n-1")
-    s.add_argument("--budgets", type=float, nargs="*", default=[0.01, 0.05, 0.1])
-    s.add_argument("--out", help="write the table as CSV")
-    s.add_argument("--executor", choices=("serial", "local", "ray"), default="serial",
-                   help="where the seeds run: in this process, a local process pool "
-                        "(--workers) or a Ray cluster")
-    s.add_argument("--workers", type=int, default=2, help="processes of the local pool")
-    s.add_argument("--ray-address", help="Ray cluster to join ('auto'); none: start one here")
-    s.set_defaults(func=cmd_design)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -452,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--delta", type=float, required=True,
                    help="Huber threshold on log residuals, > 0: 0.02 in the PTPP paper, 1e-3 in "
                         "the M3 paper")
-    s.add_argument("--n-starts", type=_positive_int, default=64,
+    s.add_argument("--n-starts", type=positive_int, default=64,
                    help="multi-start size: initial points drawn from each parameter's init range "
                         "(default 64)")
     s.add_argument("--seed", type=int, default=0, help="seed of the initial points (default 0)")
@@ -461,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "papers' loop of L-BFGS-B runs")
     s.add_argument("--fixed", nargs="*", metavar="NAME=VALUE",
                    help="parameters held fixed, inside their bounds (see `bayes-scaling laws`)")
-    s.add_argument("--query", help="pandas query selecting rows, e.g. \"domain == 'target' and D > 0\"")
+    s.add_argument("--query",
+                   help="pandas query selecting rows, e.g. \"domain == 'target' and D > 0\"")
     s.add_argument("--out", help="write the fit as JSON")
     s.add_argument("--figure", help="write observed losses and the fitted curves (PNG)")
     s.set_defaults(func=cmd_fit)
@@ -474,11 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="nuts: MCMC (default); laplace: Gaussian at the mode, fast, approximate")
     s.add_argument("--likelihood", choices=["huber", "student_t", "normal"], default="huber",
                    help="noise model of the log residuals (default huber)")
-    s.add_argument("--chains", type=_positive_int, default=4,
+    s.add_argument("--chains", type=positive_int, default=4,
                    help="NUTS chains, run in parallel, one per CPU device (default 4)")
-    s.add_argument("--warmup", type=_nonnegative_int, default=1000,
+    s.add_argument("--warmup", type=nonnegative_int, default=1000,
                    help="NUTS warm-up iterations per chain (default 1000)")
-    s.add_argument("--samples", type=_positive_int, default=1000,
+    s.add_argument("--samples", type=positive_int, default=1000,
                    help="draws kept per chain (default 1000; Laplace draws chains x samples)")
     s.add_argument("--seed", type=int, default=0,
                    help="seed of the mode search and the sampler (default 0)")
@@ -492,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("forecast", help="forecast intervals of a saved posterior at new rows")
     s.add_argument("posterior", help="posterior .nc written by `bayes-scaling posterior`")
     s.add_argument("table", help="CSV of new rows (the law's columns)")
-    s.add_argument("--interval", type=_interval, default=0.9,
+    s.add_argument("--interval", type=probability, default=0.9,
                    help="central interval probability (default 0.9)")
     s.add_argument("--kind", choices=["predictive", "mean"], default="predictive",
                    help="predictive: a new measured loss (default); mean: the law's value")
@@ -530,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("demo", help="fit Chinchilla on the bundled Epoch points and print metrics")
-    s.add_argument("--n-starts", type=_positive_int, default=64,
+    s.add_argument("--n-starts", type=positive_int, default=64,
                    help="multi-start size (default 64)")
     s.add_argument("--seed", type=int, default=0, help="seed of the initial points (default 0)")
     s.set_defaults(func=cmd_demo)
@@ -565,29 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def import_law_modules(paths) -> None:
-    """Import each Python file in ``paths`` (run for its ``register`` calls); one clear error
-    naming the file and line when it is missing or fails."""
-    for path in paths or ():
-        p = Path(path)
-        if not p.is_file() or p.suffix != ".py":
-            raise OptionError(f"--law-module {path}: no such Python file; give a .py file that "
-                              "defines laws and registers them with bayes_scaling.laws.register")
-        spec = importlib.util.spec_from_file_location(f"bayes_scaling_law_module_{p.stem}", p)
-        module = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(module)
-        except BayesScalingError:
-            raise
-        except Exception as e:  # noqa: BLE001  (the user's file: say where it failed)
-            where = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == str(p)]
-            line = f" line {where[-1].lineno}" if where else ""
-            raise OptionError(
-                f"--law-module {path}{line} failed: {type(e).__name__}: {e}") from None
-
-
 @contextlib.contextmanager
-def _each_warning_once():
+def each_warning_once():
     """Print each warning once per command, as one ``warning: ...`` block on stderr."""
     seen = set()
 
@@ -607,10 +188,10 @@ def main(argv=None) -> int:
     except SystemExit as e:  # argparse printed the usage error (or --help) already
         return int(e.code or 0)
     try:
-        with _each_warning_once():
+        with each_warning_once():
             import_law_modules(getattr(args, "law_module", None))
             # plan's own steps print nothing while it loads and searches
-            with _step("plan") if args.command == "plan" else contextlib.nullcontext():
+            with step("plan") if args.command == "plan" else contextlib.nullcontext():
                 rc = args.func(args)
     except BayesScalingError as e:
         hint = ""

@@ -1,0 +1,202 @@
+"""The modelling commands of ``bayes-scaling``: laws, datasets, fit, demo, posterior, forecast,
+plan."""
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+import warnings
+
+import pandas as pd
+
+from . import checks, datasets, laws, plan
+from .bayes import fit_posterior, use_chain_devices
+from .cli_input import check_writable, load_fit_file, load_posterior_file, parse_fixed, read_table
+from .errors import BayesScalingError, ConvergenceWarning
+from .fit import fit_map
+from .plots import fit_plot, forecast_plot
+
+
+@contextlib.contextmanager
+def step(what: str):
+    """One status line on stderr before a long step and one with its time after it."""
+    print(f"{what} ...", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    yield
+    print(f"{what}: done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+
+
+def print_fit(fit, df) -> None:
+    print(fit.law.describe().splitlines()[0])
+    print(f"rows: {fit.n_rows}   starts: {len(fit.starts)} ({fit.n_failed} non-finite, "
+          f"{int(fit.starts['converged'].sum())} converged)   delta: {fit.settings['delta']:g}   "
+          f"time: {fit.settings['seconds']:.2f} s")
+    print(f"objective (summed Huber of log residuals): {fit.objective:.6g}")
+    w = max(len(k) for k in fit.params)
+    for k, v in fit.params.items():
+        tag = "  (fixed)" if k in fit.settings["fixed"] else ""
+        print(f"  {k:>{w}s} = {v:.6g}{tag}")
+    m = fit.score(df)
+    print("in-sample metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in m.items()))
+    stuck = checks.at_bounds(fit.law, fit.params, fit.settings["fixed"])
+    if stuck:
+        print("warning: parameters on a bound: "
+              + ", ".join(f"{k} = {fit.params[k]:.4g} (bound {b:g})" for k, b in stuck.items())
+              + "; the table does not determine them, so these values are the bounds, not "
+              "estimates: check the table's units and rows, hold them fixed with --fixed "
+              "NAME=VALUE, or use a law with fewer parameters", file=sys.stderr)
+
+
+def cmd_laws(args) -> None:
+    for name in laws.names():
+        print(laws.get(name).describe())
+        print()
+
+
+def cmd_fit(args) -> None:
+    fixed = parse_fixed(args.fixed)
+    checks.check_fit_options(args.law, delta=args.delta, n_starts=args.n_starts, fixed=fixed)
+    check_writable(args.out, "--out")
+    check_writable(args.figure, "--figure")
+    df = read_table(args.table, args.query)
+    with step(f"MAP fit of {args.law} ({args.n_starts} starts)"):
+        fit = fit_map(args.law, df, delta=args.delta, n_starts=args.n_starts, seed=args.seed,
+                      fixed=fixed or None, method=args.method)
+    print_fit(fit, df)
+    if args.out:
+        fit.save(args.out)
+        print(f"saved {args.out}")
+    if args.figure:
+        fit_plot(fit, df, path=args.figure)
+        print(f"saved {args.figure}")
+
+
+def cmd_demo(args) -> None:
+    df = datasets.load("chinchilla_epoch")
+    kept = df[df["epoch_kept"]]
+    print("Chinchilla law on Epoch AI's re-extraction of Hoffmann et al. (2022), the 240 points "
+          "Epoch kept; Huber(delta=1e-3) on log residuals, as Epoch fitted it.\n"
+          "Epoch's published estimate: A=482.01 B=2085.43 E=1.817 alpha=0.3478 beta=0.3658\n")
+    with step(f"MAP fit of chinchilla ({args.n_starts} starts)"):
+        fit = fit_map("chinchilla", kept, delta=1e-3, n_starts=args.n_starts, seed=args.seed)
+    print_fit(fit, kept)
+
+
+def cmd_datasets(args) -> None:
+    for name in datasets.names():
+        df = datasets.load(name)
+        print(f"{name:24s} {len(df):6d} rows   columns: {', '.join(map(str, df.columns[:12]))}")
+
+
+# the posterior's advice speaks Python; its command-line spelling
+CLI_SPELLING = {"method='nuts'": "--method nuts", "num_warmup/num_samples": "--warmup/--samples",
+                "num_samples": "--samples"}
+
+
+def cli_advice(post) -> str:
+    advice = (post.diagnostics.get("advice") or ["see the diagnostics"])[0]
+    for python, cli in CLI_SPELLING.items():
+        advice = advice.replace(python, cli)
+    return advice
+
+
+def unconverged_label(post) -> str:
+    failed = post.diagnostics.get("failed") or ["see the diagnostics"]
+    more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+    return f"NOT CONVERGED: {failed[0]}{more}"
+
+
+def cmd_posterior(args) -> None:
+    checks.check_fit_options(args.law, num_chains=args.chains, num_warmup=args.warmup,
+                             num_samples=args.samples)
+    check_writable(args.out, "--out")
+    check_writable(args.figure, "--figure")
+    df = read_table(args.table, args.query)
+    use_chain_devices(args.chains)  # one CPU device per chain: parallel chains
+    what = (f"posterior of {args.law}: mode search, then "
+            + (f"NUTS ({args.chains} chains x {args.warmup} warmup + {args.samples} draws)"
+               if args.method == "nuts" else f"Laplace ({args.chains * args.samples} draws)"))
+    with step(what), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # reported below, once
+        post = fit_posterior(args.law, df, method=args.method, likelihood=args.likelihood,
+                             num_chains=args.chains, num_warmup=args.warmup,
+                             num_samples=args.samples, seed=args.seed,
+                             progress_bar=sys.stderr.isatty())  # no bar lines in a log
+    if not post.ok:
+        if not args.allow_unconverged:
+            raise BayesScalingError(
+                f"the posterior of {post.law.name} failed its checks ({unconverged_label(post)}); "
+                f"nothing was written. Try: {cli_advice(post)}; or pass --allow-unconverged to "
+                "keep it, labelled NOT CONVERGED")
+        post.idata.posterior.attrs["bayes_scaling_status"] = unconverged_label(post)
+        print(f"warning: {unconverged_label(post)}; kept because of --allow-unconverged",
+              file=sys.stderr)
+        print(unconverged_label(post))
+    post.save(args.out)
+    print(repr(post))
+    print(post.summary().to_string())
+    print(f"saved {args.out}")
+    if args.figure:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            fit_plot(post, df, path=args.figure)
+        print(f"saved {args.figure}")
+
+
+def cmd_forecast(args) -> None:
+    check_writable(args.out, "--out")
+    check_writable(args.figure, "--figure")
+    post = load_posterior_file(args.posterior)
+    new = read_table(args.table, None)
+    if not post.ok and not args.allow_unconverged:
+        raise BayesScalingError(
+            f"{args.posterior} failed its convergence checks ({unconverged_label(post)}); its "
+            "intervals may be wrong. Refit it (see `bayes-scaling posterior`), or pass "
+            "--allow-unconverged to forecast anyway, labelled NOT CONVERGED")
+    with step(f"forecast of {len(new)} rows"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # labelled below
+        fc = post.forecast(new, interval=args.interval, kind=args.kind, seed=args.seed)
+    table = pd.concat([new.reset_index(drop=True), fc.reset_index(drop=True)], axis=1)
+    if not post.ok:
+        table["posterior_status"] = "NOT CONVERGED"
+        print(f"warning: {unconverged_label(post)}; forecast kept because of "
+              "--allow-unconverged (column posterior_status)", file=sys.stderr)
+    if args.out is not None:
+        table.to_csv(args.out, index=False)
+        print(f"saved {args.out}")
+    else:
+        print(table.to_csv(index=False), end="")
+    if args.figure:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            forecast_plot(post, new, interval=args.interval, kind=args.kind, path=args.figure)
+        print(f"saved {args.figure}", file=sys.stderr if args.out is None else sys.stdout)
+
+
+def cmd_plan(args) -> None:
+    forgetting = args.max_forgetting  # "2%" relative; a plain number is absolute
+    try:
+        forgetting = float(forgetting)
+    except ValueError:
+        pass  # adaptation parses (or clearly refuses) the percentage string
+    base = args.source_base
+    if base is not None:
+        try:
+            base = float(base)
+        except ValueError:
+            base = read_table(base, None)
+            if plan.checkpoint_rows(base, args.N, args.ptpp).empty:  # checkpoint not measured
+                base = plan.pretraining_fit(base)
+    # an infeasible request raises InfeasiblePlanError, whose message names the closest plan
+    pl = plan.adaptation(load_fit_file(args.target), load_fit_file(args.source), N=args.N,
+                         ptpp=args.ptpp, max_forgetting=forgetting, target_loss=args.target_loss,
+                         prob=args.prob, replay_bounds=args.replay_bounds,
+                         atpp_bounds=tuple(args.atpp_bounds), source_base=base,
+                         allow_extrapolation=args.allow_extrapolation)
+    print(repr(pl))
+    if args.out:
+        pl.save(args.out)
+        print(f"saved {args.out}")
+    if args.figure:
+        plan.plot_adaptation(pl, path=args.figure)
+        print(f"saved {args.figure}")
