@@ -30,7 +30,7 @@ from .checks import check_fit_options, check_inputs
 from .errors import FitError
 from .laws import Law
 from .laws import get as get_law
-from .objective import data_hash, huber, huber_objective, log_residuals
+from .objective import data_hash, huber_objective, log_residuals, penalty
 
 # --------------------------------------------------------------------------------------------------
 # The problem: free parameters <-> unconstrained vector, and the objective on it.
@@ -437,7 +437,8 @@ def _normalised_objective(key, prob: Problem):
             params = {p.name: theta[..., i] for i, p in enumerate(free)}
             params.update(args["fixed"])
             pred = law.fn(params, args["x"])
-            h = huber(log_residuals(pred, args["y"]), args["delta"])
+            # the Huber likelihood's penalty at unit scale with c = delta: Huber_delta(r)
+            h = penalty(log_residuals(pred, args["y"]), 1.0, "huber", c=args["delta"])
             return jnp.sum(jnp.where(args["w"] > 0, h, 0.0)) / args["scale"]
 
         _OBJECTIVES[key] = f

@@ -1,10 +1,11 @@
-"""The observation model of log losses: THE one definition of the likelihood.
+"""The observation model of log losses: the likelihood of ``bayes_scaling.objective`` as the
+Bayesian layer uses it (default Huber threshold ``HUBER_C``, draws, a NumPyro distribution).
 
 A row's log residual ``r = log L - log f(theta, x)`` has density ``p(r | sigma)``:
 
-- ``"huber"``: ``-rho_c(r / sigma) - log sigma - log Z(c)`` (``bayes_scaling.objective``,
-  DESIGN.md rule 2; with flat priors and a fixed sigma its mode is the ``fit_map`` Huber fit with
-  ``delta = c sigma``);
+- ``"huber"``: ``-rho_c(r / sigma) - log sigma - log Z(c)`` (DESIGN.md rule 2; with flat priors
+  and a fixed sigma its mode is the ``fit_map`` Huber fit with ``delta = c sigma``: ``fit_map``
+  minimises the same ``objective.penalty`` at unit scale with ``c = delta``);
 - ``"student_t"``: Student-t with ``student_df`` degrees of freedom and scale ``sigma``;
 - ``"normal"``: Normal with sd ``sigma``.
 
@@ -17,35 +18,19 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import gammaln
 
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
-from ..errors import BayesScalingError
-from ..objective import huber_logpdf
+from .. import objective
+from ..objective import LIKELIHOODS, STUDENT_DF, check_likelihood  # noqa: F401  (re-exported)
 from .distributions import HUBER_C, huber_standard_sample
-
-LIKELIHOODS = ("huber", "student_t", "normal")
-STUDENT_DF = 4.0
-
-
-def check_likelihood(likelihood: str) -> str:
-    if likelihood not in LIKELIHOODS:
-        raise BayesScalingError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}")
-    return likelihood
 
 
 def log_likelihood(r, scale, likelihood="huber", *, c=HUBER_C, student_df=STUDENT_DF):
-    """Pointwise ``log p(r | scale)`` of log residuals ``r = log L - log f(theta, x)``."""
-    if check_likelihood(likelihood) == "huber":
-        return huber_logpdf(r, scale, c)
-    z = r / scale
-    if likelihood == "student_t":
-        return -0.5 * (student_df + 1.0) * jnp.log1p(z**2.0 / student_df) - (
-            jnp.log(scale) + 0.5 * jnp.log(student_df) + 0.5 * jnp.log(jnp.pi)
-            + gammaln(0.5 * student_df) - gammaln(0.5 * (student_df + 1.0)))
-    return -0.5 * z**2 - jnp.log(jnp.sqrt(2 * jnp.pi) * scale)
+    """Pointwise ``log p(r | scale)`` of log residuals ``r = log L - log f(theta, x)``
+    (:func:`bayes_scaling.objective.log_likelihood` with the Huber threshold ``HUBER_C``)."""
+    return objective.log_likelihood(r, scale, likelihood, c=c, student_df=student_df)
 
 
 def standard_noise(likelihood, key, shape, c=HUBER_C, student_df=STUDENT_DF):
