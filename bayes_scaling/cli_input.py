@@ -60,9 +60,18 @@ def check_writable(path: str | None, option: str) -> None:
                           "first or write elsewhere")
 
 
-def law_error(e: LawError, path: str) -> BayesScalingError:
-    return LawError(f"{path} was written with a law that is not registered here ({e.message}); "
-                    "pass --law-module FILE.py, the file that registers it")
+def read_saved(load, path: str, errors: tuple, what: str, written: str):
+    """``load(path)`` of a file written by a command; a law this process has not registered and a
+    damaged file (one of ``errors``) end in one clear error each."""
+    try:
+        return load(path)
+    except LawError as e:
+        raise LawError(f"{path} was written with a law that is not registered here "
+                       f"({e.message}); pass --law-module FILE.py, the file that registers it"
+                       ) from None
+    except errors as e:
+        raise DataError(f"cannot read {path} as {what} ({type(e).__name__}: {e}): it is not a "
+                        f"complete {written}; write it again") from None
 
 
 def load_posterior_file(path: str):
@@ -74,14 +83,8 @@ def load_posterior_file(path: str):
         raise DataError(f"{path} is a point fit (JSON from `bayes-scaling fit --out`), which has "
                         "no forecast distribution; forecast needs a posterior .nc from "
                         "`bayes-scaling posterior --out`")
-    try:
-        return load_posterior(path)
-    except LawError as e:
-        raise law_error(e, path) from None
-    except (OSError, ValueError, KeyError) as e:
-        raise DataError(f"cannot read {path} as a posterior ({type(e).__name__}: {e}): it is "
-                        "not a complete .nc written by `bayes-scaling posterior` (truncated or "
-                        "corrupt?); write it again") from None
+    return read_saved(load_posterior, path, (OSError, ValueError, KeyError), "a posterior",
+                      ".nc written by `bayes-scaling posterior` (truncated or corrupt?)")
 
 
 def load_fit_file(path: str):
@@ -91,14 +94,8 @@ def load_fit_file(path: str):
     if not Path(path).is_file():
         raise DataError(f"{path}: no such file (a posterior .nc from `bayes-scaling "
                         "posterior` or a fit .json from `bayes-scaling fit --out`)")
-    try:
-        return MapFit.load(path)
-    except LawError as e:
-        raise law_error(e, path) from None
-    except (ValueError, KeyError, TypeError) as e:
-        raise DataError(f"cannot read {path} as a fit ({type(e).__name__}: {e}): it is not a "
-                        "complete .json written by `bayes-scaling fit --out` (truncated or "
-                        "edited?); write it again") from None
+    return read_saved(MapFit.load, path, (ValueError, KeyError, TypeError), "a fit",
+                      ".json written by `bayes-scaling fit --out` (truncated or edited?)")
 
 
 def parse_fixed(items) -> dict:
