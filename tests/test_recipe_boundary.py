@@ -24,36 +24,38 @@ R_LO = 1e-3
 LAW = bs.laws.get("m3")
 
 
-def loss_fn(params, C, D_T):
-    """loss(log D, log r, log r_f) of one cell; r > r_f reads as single-stage r_f = r."""
-    p = {k: jnp.asarray(v) for k, v in params.items()}
+@jax.jit
+def cell_loss(p, C, D_T, logD, logr, logrf):
+    """loss(log D, log r, log r_f) of the cell (C, D_T); r > r_f reads as single-stage r_f = r.
+    One compiled program for every cell and language (C, D_T and the parameters are arguments)."""
+    D, r = jnp.exp(logD), jnp.exp(logr)
+    r_f = jnp.maximum(jnp.exp(logrf), r)
+    k = r * D / D_T
+    x = {"M": C / D, "D_T": D_T * jnp.minimum(k, 1.0), "k": jnp.maximum(k, 1.0), "r": r,
+         "r_f": r_f}
+    return LAW.fn(p, x)
 
-    def f(logD, logr, logrf):
-        D, r = jnp.exp(logD), jnp.exp(logr)
-        r_f = jnp.maximum(jnp.exp(logrf), r)
-        k = r * D / D_T
-        x = {"M": C / D, "D_T": D_T * jnp.minimum(k, 1.0), "k": jnp.maximum(k, 1.0), "r": r,
-             "r_f": r_f}
-        return LAW.fn(p, x)
 
-    return jax.jit(f)
+cell_loss_and_grad = jax.jit(jax.value_and_grad(
+    lambda z, p, C, D_T: cell_loss(p, C, D_T, z[0], z[1], z[2])))
 
 
 def brute_force(params, C, D_T):
-    f = loss_fn(params, C, D_T)
+    p = {k: jnp.asarray(float(v)) for k, v in params.items()}
+    C, D_T = jnp.asarray(float(C)), jnp.asarray(float(D_T))
     logD = np.log(D_T) + np.linspace(np.log(1e-3), np.log(1e4), 121)
     logr = np.linspace(np.log(R_LO), 0.0, 61)
     G = np.stack(np.meshgrid(logD, logr, logr, indexing="ij"), -1).reshape(-1, 3)
-    v = np.asarray(f(G[:, 0], G[:, 1], G[:, 2]))
+    v = np.asarray(cell_loss(p, C, D_T, G[:, 0], G[:, 1], G[:, 2]))
     best = np.inf
     box = [(logD[0], logD[-1]), (logr[0], 0.0), (logr[0], 0.0)]
-    fun = jax.jit(jax.value_and_grad(lambda z: f(z[0], z[1], z[2])))
     for i in np.argsort(v)[:4]:
-        res = minimize(lambda z: tuple(np.asarray(a, float) for a in fun(jnp.asarray(z))),
+        res = minimize(lambda z: tuple(np.asarray(a, float)
+                                       for a in cell_loss_and_grad(jnp.asarray(z), p, C, D_T)),
                        G[i], jac=True, method="L-BFGS-B", bounds=box)
         best = min(best, float(res.fun), float(v[i]))
-    mono = minimize(lambda z: float(f(z[0], 0.0, 0.0)), [np.log(D_T)], method="Nelder-Mead",
-                    options={"xatol": 1e-10, "fatol": 1e-13})
+    mono = minimize(lambda z: float(cell_loss(p, C, D_T, z[0], 0.0, 0.0)), [np.log(D_T)],
+                    method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-13})
     return min(best, float(mono.fun))
 
 
