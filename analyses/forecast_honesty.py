@@ -46,31 +46,33 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import inspect
+import importlib.util
 import json
-import shlex
+import os
 import sys
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jax
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "analyses")]
 
-import bayes_scaling as bs  # noqa: E402
-import bible_common  # noqa: E402
-import m3_common  # noqa: E402
-from bayes_scaling import evaluate as ev  # noqa: E402
-from bayes_scaling.errors import BayesScalingError, SplitSkipped  # noqa: E402
-from scaleout import get_executor  # noqa: E402
+import bible_common
+import m3_common
+
+import bayes_scaling as bs
+from bayes_scaling import evaluate as ev
+from bayes_scaling.errors import BayesScalingError, SplitSkipped
+from scaleout import get_executor
 
 try:
     from tqdm import tqdm
@@ -84,8 +86,8 @@ CURVE = np.round(np.arange(0.05, 1.0, 0.05), 2)
 VARIANTS = ("before", "after")
 #: the project's fixed values (replications.py): datablations' base from Chinchilla's C4 fit, and
 #: the D-CPT N term that a single-N table cannot identify
-DATABLATIONS_BASE = dict(A=np.exp(6.255414), B=np.exp(7.3049974), E=np.exp(0.6254804),
-                         alpha=0.3526596, beta=0.3526596)
+DATABLATIONS_BASE = {"A": np.exp(6.255414), "B": np.exp(7.3049974), "E": np.exp(0.6254804),
+                     "alpha": 0.3526596, "beta": 0.3526596}
 CONSTANT_N_TERM = {"A": 1e-9, "alpha": 0.5}
 PTPP_FORMS = {"Form 1": "ptpp_floor", "Form 2": "ptpp_gated", "Form 3": "ptpp_gated_floor"}
 M3_BASE = ("A", "B", "alpha", "beta", "E")
@@ -250,8 +252,8 @@ def interval_version() -> str:
 
 
 def has_default_intervals() -> bool:
-    """Whether ``bs.fit_posterior`` takes the ``discrepancy`` setting of the default intervals."""
-    return "discrepancy" in inspect.signature(bs.fit_posterior).parameters
+    """Whether the package's default predictive includes the extrapolation discrepancy."""
+    return importlib.util.find_spec("bayes_scaling.bayes.intervals") is not None
 
 
 def cache_dir(variant: str, method: str) -> Path:
@@ -270,74 +272,112 @@ def row_scores(draws: np.ndarray, y: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def fit_unit(job) -> tuple[dict, pd.DataFrame | None]:
-    """Fit one unit's posterior on its training side and score its predictive on the held-out
-    side. Returns (meta, per-row scores or None when skipped or failed)."""
-    unit, variant, method = job
-    meta = {"dataset": unit.dataset, "split": unit.split, "law": unit.label, "variant": variant,
-            "method": method, "n_train": len(unit.train), "n_test": len(unit.test),
-            "status": "ok", "reason": ""}
+def predictive(post, test, variant) -> np.ndarray:
+    """Predictive draws ``(S, n)`` of the held-out rows: ``before`` with the discrepancy off,
+    ``after`` with the package's default."""
+    kw = {"discrepancy": 0.0} if variant == "before" else {}
+    return np.asarray(post.predict_draws(test, "predictive", **kw), float)
+
+
+def fit_unit(job) -> list[tuple[dict, pd.DataFrame | None]]:
+    """Fit one unit's posterior on its training side (once) and score each requested predictive
+    on the held-out side. Returns one (meta, per-row scores or None when skipped or failed) per
+    variant."""
+    unit, variants, method = job
+    base = {"dataset": unit.dataset, "split": unit.split, "law": unit.label, "method": method,
+            "n_train": len(unit.train), "n_test": len(unit.test), "status": "ok", "reason": ""}
     if unit.skip:
-        return {**meta, "status": "skipped", "reason": unit.skip}, None
+        return [({**base, "variant": v, "status": "skipped", "reason": unit.skip}, None)
+                for v in variants]
     t0 = time.perf_counter()
-    law = resolve_law(unit.law)
+    # compiled programs persist across the worker processes and reruns (as in scalebench.py)
+    jax.config.update("jax_compilation_cache_dir", os.environ.get(
+        "JAX_COMPILATION_CACHE_DIR", str(Path.home() / ".cache" / "bayes_scaling" / "jax")))
     fixed = dict(unit.fixed)
-    kw = {"method": method, "seed": 0, "progress_bar": False}
-    if variant == "before" and has_default_intervals():
-        kw["discrepancy"] = 0.0
     try:
+        law = resolve_law(unit.law)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if unit.two_phase:
-                base = m3_common.fit(law, unit.train)
-                fixed.update({k: base.params[k] for k in M3_BASE})
-            post = bs.fit_posterior(law, unit.train, fixed=fixed or None, **kw)
-            draws = np.asarray(post.predict_draws(unit.test, "predictive",
-                                                  **({"discrepancy": 0.0}
-                                                     if variant == "before" else {})), float)
+                mapfit = m3_common.fit(law, unit.train)
+                fixed.update({k: mapfit.params[k] for k in M3_BASE})
+            post = bs.fit_posterior(law, unit.train, fixed=fixed or None, method=method, seed=0,
+                                    progress_bar=False)
     except SplitSkipped as exc:
-        return {**meta, "status": "skipped", "reason": str(exc).splitlines()[0][:200]}, None
+        return [({**base, "variant": v, "status": "skipped",
+                  "reason": str(exc).splitlines()[0][:200]}, None) for v in variants]
     except (BayesScalingError, FloatingPointError, ValueError) as exc:
-        return {**meta, "status": "failed", "reason": str(exc).splitlines()[0][:200],
-                "seconds": time.perf_counter() - t0}, None
-    ok = np.all(np.isfinite(draws), 1)
-    if not ok.any():
-        return {**meta, "status": "failed", "reason": "every predictive draw is non-finite",
-                "seconds": time.perf_counter() - t0}, None
+        return [({**base, "variant": v, "status": "failed",
+                  "reason": str(exc).splitlines()[0][:200]}, None) for v in variants]
     d = post.diagnostics
-    meta.update(seconds=time.perf_counter() - t0, dropped_draws=int((~ok).sum()),
-                posterior_ok=bool(post.ok),
+    base.update(fit_seconds=time.perf_counter() - t0, posterior_ok=bool(post.ok),
                 check=(f"Pareto k {d['pareto_k']:.2f}" if method == "laplace" else
                        f"R-hat {d['max_rhat']:.3f}, ESS {d['min_ess_bulk']:.0f}, "
                        f"{d['divergences']} div"))
-    return meta, row_scores(draws[ok], unit.test["loss"].to_numpy(float))
+    out = []
+    for v in variants:
+        meta, t1 = {**base, "variant": v}, time.perf_counter()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                draws = predictive(post, unit.test, v)
+        except (BayesScalingError, FloatingPointError, ValueError) as exc:
+            out.append(({**meta, "status": "failed",
+                         "reason": str(exc).splitlines()[0][:200]}, None))
+            continue
+        ok = np.all(np.isfinite(draws), 1)
+        meta.update(predict_seconds=time.perf_counter() - t1, dropped_draws=int((~ok).sum()))
+        if not ok.any():
+            out.append(({**meta, "status": "failed",
+                         "reason": "every predictive draw is non-finite"}, None))
+            continue
+        out.append((meta, row_scores(draws[ok], unit.test["loss"].to_numpy(float))))
+    return out
+
+
+def interleave(jobs: list) -> list:
+    """Jobs round-robin over datasets, so that a partial run has covered every dataset."""
+    queues = {}
+    for j in jobs:
+        queues.setdefault(j[0].dataset, []).append(j)
+    out = []
+    while any(queues.values()):
+        out += [q.pop(0) for q in queues.values() if q]
+    return out
 
 
 def run(units, variants, method, executor) -> None:
+    """Fit every unit with a variant missing from the cache; write each result as it comes."""
     todo = []
-    for v in variants:
-        folder = cache_dir(v, method)
-        folder.mkdir(parents=True, exist_ok=True)
-        todo += [(u, v, method) for u in units if not (folder / f"{u.slug}.json").exists()]
-    print(f"{len(todo)} units to fit ({len(units) * len(variants) - len(todo)} cached)",
-          file=sys.stderr, flush=True)
+    for u in units:
+        missing = [v for v in variants
+                   if not (cache_dir(v, method) / f"{u.slug}.json").exists()]
+        if missing:
+            todo.append((u, missing, method))
+    todo = interleave(todo)
+    print(f"{len(todo)} units to fit ({len(units) - len(todo)} cached)", file=sys.stderr,
+          flush=True)
     if not todo:
         return
     bar = tqdm(total=len(todo), desc="units") if tqdm else None
     with executor:
-        for i, (meta, rows) in executor.submit_iter(fit_unit, todo):
-            unit, variant, _ = todo[i]
-            folder = cache_dir(variant, method)
-            if rows is not None:
-                rows.to_csv(folder / f"{unit.slug}.csv", index=False)
-            (folder / f"{unit.slug}.json").write_text(json.dumps(meta, indent=1, default=float))
-            line = (f"{meta['dataset']} | {meta['split']} | {meta['law']} | {variant}: "
-                    f"{meta['status']} {meta.get('reason', '')}")
+        for i, results in executor.submit_iter(fit_unit, todo):
+            unit = todo[i][0]
+            for meta, rows in results:
+                folder = cache_dir(meta["variant"], method)
+                folder.mkdir(parents=True, exist_ok=True)
+                if rows is not None:
+                    rows.to_csv(folder / f"{unit.slug}.csv", index=False)
+                (folder / f"{unit.slug}.json").write_text(json.dumps(meta, indent=1,
+                                                                     default=float))
+                line = (f"{meta['dataset']} | {meta['split']} | {meta['law']} | "
+                        f"{meta['variant']}: {meta['status']} {meta['reason']}")
+                if bar:
+                    bar.write(line)
+                else:
+                    print(line, file=sys.stderr, flush=True)
             if bar:
                 bar.update(1)
-                bar.write(line)
-            else:
-                print(line, file=sys.stderr, flush=True)
     if bar:
         bar.close()
 
@@ -465,7 +505,8 @@ def summarise(units, variants, method, command, seconds=None) -> str:
         raise BayesScalingError("no cached results yet: run without --summary first")
     meta.to_csv(OUT / "results.csv", index=False)
     lines = ["# Forecast honesty: held-out coverage of the predictive intervals", "",
-             f"Generated by `{command}`. Posteriors: "
+             f"Generated by `{command}` (resumable; `--summary` rewrites this file from the "
+             "cache). Posteriors: "
              + ("NUTS (4 chains x 1000 draws)" if method == "nuts" else
                 "Laplace approximation (`method=\"laplace\"`, 4000 draws; `--nuts` for NUTS)")
              + ", fitted on each split's training side only; scores on its held-out side. "
@@ -487,8 +528,9 @@ def summarise(units, variants, method, command, seconds=None) -> str:
               "Datasets weighted equally (mean of the per-dataset coverages): "
               + "; ".join(f"{v}: 50% {_pct(g['cov50'].mean())}, 90% {_pct(g['cov90'].mean())}"
                           for v, g in pooled(rows, "dataset").groupby("variant", sort=False)),
-              "", "Figures: `calibration.png` (nominal vs empirical central coverage, pooled and "
-              "per dataset), `pit.png` (PIT histogram; flat = calibrated, U = too narrow).", "",
+              "", ("Figures: `calibration.png` (nominal vs empirical central coverage, pooled and "
+                   "per dataset), `pit.png` (PIT histogram; flat = calibrated, U = too narrow)."),
+              "",
               "## Per dataset, split and law", ""]
     ok = meta[meta["status"] == "ok"].copy()
     lines += [score_table(ok, ["dataset", "split", "law", "variant"]), ""]
@@ -498,11 +540,11 @@ def summarise(units, variants, method, command, seconds=None) -> str:
                   ev.markdown_table(bad[["dataset", "split", "law", "variant", "status",
                                          "reason"]]), ""]
     if "check" in ok:
-        lines += [f"Posterior checks: {int((~ok['posterior_ok'].astype(bool)).sum())} of "
+        lines += [(f"Posterior checks: {int((~ok['posterior_ok'].astype(bool)).sum())} of "
                   f"{len(ok)} fits failed their own check (see `results.csv`, column `check`); "
                   "they are scored as they are (a forecast is what a user would get). Fit time: "
-                  f"median {ok['seconds'].median():.0f} s, total {ok['seconds'].sum() / 60:.0f} "
-                  "CPU-min over the cached units.", ""]
+                  f"median {ok['fit_seconds'].median():.0f} s, total "
+                  f"{ok['fit_seconds'].sum() / 60:.0f} min over the cached units."), ""]
     if len(rows):
         fig_calibration(rows, OUT / "calibration.png")
         fig_pit(rows, OUT / "pit.png")
@@ -528,7 +570,7 @@ def main(argv=None) -> int:
     method = "nuts" if a.nuts else "laplace"
     variants = [v for v in a.variants.split(",") if v in VARIANTS]
     if "after" in variants and not has_default_intervals():
-        print("the installed package has no default intervals (fit_posterior(discrepancy=...)): "
+        print("the installed package has no default extrapolation intervals: "
               "scoring `before` only", file=sys.stderr)
         variants.remove("after")
     units = all_units(quick=a.quick)
@@ -537,8 +579,8 @@ def main(argv=None) -> int:
     if not a.summary:
         run(units, variants, method,
             get_executor(a.executor, workers=a.workers, address=a.ray_address))
-    command = " ".join(["python analyses/forecast_honesty.py",
-                        shlex.join(argv if argv is not None else sys.argv[1:])]).strip()
+    command = ("nice -n 10 python analyses/forecast_honesty.py --executor local --workers 2"
+               + " --quick" * a.quick + " --nuts" * a.nuts)
     print(summarise(units, variants, method, command,
                     None if a.summary else time.time() - t0))
     return 0
