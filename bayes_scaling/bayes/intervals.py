@@ -96,7 +96,8 @@ def extrapolation(fitted: pd.DataFrame, df: pd.DataFrame, columns):
     signature lists the columns and sides (``"N+"``, ``"D+,N+"``). A row inside the box but
     outside the convex hull of the fitted points (e.g. more tokens per parameter than any fitted
     run, at sizes and token counts each inside their range): its distance beyond the hull facet it
-    violates most, and the signature ``"hull N-0.71 D+0.71"`` names that facet's outward normal.
+    violates most, and the signature ``"hull N-0.7 D+0.7"`` names that facet's outward normal
+    (to one decimal: nearly parallel facets share one rehearsal).
     Inside the hull: 0 and ``""``.
 
     Returns:
@@ -115,15 +116,15 @@ def extrapolation(fitted: pd.DataFrame, df: pd.DataFrame, columns):
         out = (d == 0) & (v.max(1) > HULL_TOL)
         d = np.where(out, v.max(1), d)
         for i in np.flatnonzero(out):
-            sigs[i] = "hull " + " ".join(f"{c}{u:+.2f}" for c, u in zip(cols, normals[best[i]])
-                                         if round(u, 2) != 0)
+            sigs[i] = "hull " + " ".join(f"{c}{u:+.1f}" for c, u in zip(cols, normals[best[i]])
+                                         if round(u, 1) != 0)
     return d, sigs
 
 
 def directions(signature: str) -> list[dict]:
     """The rehearsal directions of a signature of :func:`extrapolation`: one unit vector
     ``{column: weight}`` per box axis and side (``"D+,N+"``: ``[{"D": 1}, {"N": 1}]``), or the
-    hull facet's normal (``"hull N-0.71 D+0.71"``: ``[{"N": -0.71, "D": 0.71}]``)."""
+    hull facet's normal (``"hull N-0.7 D+0.7"``: ``[{"N": -0.7, "D": 0.7}]``)."""
     if signature.startswith("hull "):
         parts = [re.fullmatch(r"(.+?)([+-]\d+\.\d+)", t) for t in signature[5:].split(" ")]
         return [{m.group(1): float(m.group(2)) for m in parts}]
