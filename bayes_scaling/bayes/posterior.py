@@ -97,11 +97,15 @@ class Posterior:
         return "ok" if self.ok else "NOT CONVERGED"
 
     def _check_use(self, allow_unconverged):
-        """Refuse an unconverged posterior unless allowed (by the call or at fit time)."""
+        """Refuse an unconverged posterior unless allowed: by the call, at fit time
+        (``settings["allow_unconverged"]``) or by its label (``bayes-scaling posterior
+        --allow-unconverged`` keeps it labelled NOT CONVERGED in its ``bayes_scaling_status``)."""
         if self.ok:
             return
         failed = "; ".join(self.diagnostics.get("failed", [])) or "see .diagnostics"
-        if not (allow_unconverged or self.settings.get("allow_unconverged", False)):
+        labelled = str(self.idata.posterior.attrs.get("bayes_scaling_status", ""))
+        if not (allow_unconverged or self.settings.get("allow_unconverged", False)
+                or labelled.startswith("NOT CONVERGED")):
             raise ConvergenceError(
                 f"the posterior of {self.law.name} failed its convergence checks ({failed}): its "
                 "forecasts would be wrong. Refit it (more warm-up, method='nuts', more informative "
@@ -272,16 +276,12 @@ def extrapolation_distance(post, df, axis=None) -> np.ndarray:
 
 def load_posterior(path, law=None) -> Posterior:
     """Read a posterior written by :meth:`Posterior.save` (pass ``law`` for an unregistered law); a
-    law whose definition is not the one the posterior recorded is refused (``Law.from_saved``).
-    A posterior saved labelled NOT CONVERGED (``bayes-scaling posterior --allow-unconverged``)
-    was kept on purpose: it loads with ``settings["allow_unconverged"] = True``."""
+    law whose definition is not the one the posterior recorded is refused (``Law.from_saved``)."""
     import arviz as az
 
     idata = az.from_netcdf(str(path))
     meta = json.loads(idata.posterior.attrs["bayes_scaling"])
     law = Law.from_saved(meta["law"], meta.get("law_identity"), law, str(path))
-    if str(idata.posterior.attrs.get("bayes_scaling_status", "")).startswith("NOT CONVERGED"):
-        meta["settings"]["allow_unconverged"] = True
     return Posterior(law=law, idata=idata, map=meta["map"],
                      diagnostics=meta["diagnostics"], modes=pd.DataFrame(meta["modes"]),
                      settings=meta["settings"], data_hash=meta["data_hash"])
