@@ -403,8 +403,11 @@ def test_save_load_roundtrip(tmp_path, chin_nuts, chin_data):
     assert back.law.name == "chinchilla" and back.ok == chin_nuts.ok
     assert back.map == pytest.approx(chin_nuts.map)
     assert back.settings["num_samples"] == 300
-    np.testing.assert_allclose(back.predict_draws(chin_data), chin_nuts.predict_draws(chin_data))
-    pd.testing.assert_frame_equal(back.forecast(chin_data), chin_nuts.forecast(chin_data))
+    # 2 x 300 draws may miss R-hat <= 1.01 narrowly: allowed, the round trip is what is tested
+    ok = dict(allow_unconverged=True)
+    np.testing.assert_allclose(back.predict_draws(chin_data, **ok),
+                               chin_nuts.predict_draws(chin_data, **ok))
+    pd.testing.assert_frame_equal(back.forecast(chin_data, **ok), chin_nuts.forecast(chin_data, **ok))
 
 
 def test_commands_write_netcdf_and_forecast_csv(tmp_path, chin_data):
