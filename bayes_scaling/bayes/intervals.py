@@ -51,7 +51,9 @@ HULL_TOL = 1e-9
 
 def fitted_table(post) -> pd.DataFrame:
     """The table a posterior was fitted on (its input columns and ``loss``), from its idata."""
-    cd = post.idata.constant_data
+    cd = getattr(post.idata, "constant_data", None)
+    if cd is None:  # a posterior built without its table: no range is known, nothing extrapolates
+        return pd.DataFrame()
     return pd.DataFrame({str(k): np.asarray(cd[k]) for k in cd.data_vars})
 
 
