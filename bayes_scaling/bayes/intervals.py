@@ -110,7 +110,7 @@ def extrapolation(fitted: pd.DataFrame, df: pd.DataFrame, columns):
     d = np.sqrt((beyond**2).sum(1))
     sigs = np.array([",".join(sorted(f"{c}{'+' if b > 0 else '-'}" for c, b in zip(cols, row)
                                      if b != 0)) for row in beyond], dtype=object)
-    facets = _hull_facets(F) if len(df) else None
+    facets = _hull_facets(F) if len(df) and len(F) else None
     if facets is not None:
         normals, offsets = facets
         v = X @ normals.T + offsets
