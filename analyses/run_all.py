@@ -32,7 +32,10 @@ ONE_THREAD = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallel
 
 #: Studies too long for one ``make analyses`` run: name -> how to run them on their own.
 SEPARATE = {"scalebench": "python analyses/scalebench.py --executor local --workers 2 "
-                          "(resumable; --summary rewrites summary.md from results.csv)"}
+                          "(resumable; --summary rewrites summary.md from results.csv)",
+            "forecast_honesty": "nice -n 10 python analyses/forecast_honesty.py --executor local "
+                                "--workers 2 (resumable: one cached result per dataset, split, "
+                                "law and predictive; --summary rewrites summary.md)"}
 
 
 def scripts() -> list[Path]:

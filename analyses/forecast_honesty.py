@@ -1,0 +1,590 @@
+"""Do the posterior predictive intervals cover what they claim when they extrapolate?
+
+    nice -n 10 python analyses/forecast_honesty.py --executor local --workers 2
+    python analyses/forecast_honesty.py --quick              # one split per dataset
+    python analyses/forecast_honesty.py --nuts               # NUTS posteriors instead of Laplace
+    python analyses/forecast_honesty.py --summary            # tables and figures from the cache
+
+For every dataset, held-out split and law a posterior is fitted on the training side only and its
+predictive draws are scored on the held-out side (which lies beyond the training rows along the
+split's axis; the held-out rows are never used to choose anything). Two predictives:
+
+- ``before``: the posterior predictive with ``discrepancy=0`` (fitted noise only);
+- ``after``: the default predictive (``discrepancy="auto"``), when the installed package has it.
+
+Scores per (dataset, split, law, predictive): rows, coverage of the central 50/80/90/95%
+intervals, mean relative 90% width (width / observed loss), CRPS (loss units, Gneiting & Raftery
+2007, Eq. 21; ``bs.evaluate.crps_samples``), and per row the probability integral transform
+``PIT = P(Y <= y)`` under the predictive draws, from which the calibration curve (nominal central
+level p against the share of rows with ``|PIT - 1/2| <= p/2``) and the PIT histogram are drawn.
+
+Splits (law as the project's analyses fit it):
+
+- ``epoch`` (Besiroglu et al. 2024, the 240 kept points; Chinchilla): largest N (N >= 2.5e9) and
+  largest compute (top 20% of C = 6 N D).
+- ``datablations`` (Muennighoff's law, base A, B, E, alpha = beta frozen at the published values as
+  in ``replications.py``): largest runs (top 20% of C = 6 N D).
+- ``gadre`` (c4_val losses, Chinchilla, per training corpus): fit <= 80 tokens per parameter,
+  forecast 160..640.
+- ``mixing_laws_cpt`` (D-CPT with the constant-N term frozen as in ``replications.py``; target and
+  source): the two largest D.
+- ``bible_ptpp`` (Forms 1-3 on the non-embedding N, as ``bible_common.py``): PTPP 279 from 15/31,
+  target and source.
+- ``bible_m3`` (setting (a) rows, per language pair): the 18 axis splits of ``m3_common.SPLITS``
+  (at least 10 rows per side); M3 with its Chinchilla base fixed at the phase-1 MAP (the two-phase
+  fit of ``m3_common.fit``; splits without enough phase-1 rows are skipped) and Chinchilla.
+- ``scalebench`` (Li et al. 2026): train -> test for every law of the four tasks, per group.
+  ``vocab_scaling_law``'s target (unigram-normalised loss) is negative, which the log-scale
+  likelihood cannot take: it is reported as skipped.
+
+Each (dataset, split, law, predictive) is cached under ``out/forecast_honesty/cache/`` (a JSON of
+its settings and status, a CSV of per-row PIT, median and interval bounds), keyed on the posterior
+method and, for ``after``, a version string of the interval method: a rerun computes only what is
+missing. ``--executor local --workers 2`` runs units in parallel (``scaleout.get_executor``).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "analyses")]
+
+import bible_common
+import m3_common
+
+import bayes_scaling as bs
+from bayes_scaling import evaluate as ev
+from bayes_scaling.errors import BayesScalingError, SplitSkipped
+from scaleout import get_executor
+
+try:
+    from tqdm import tqdm
+except ImportError:  # the bar is a convenience: without tqdm, progress is printed per unit
+    tqdm = None
+
+OUT = ROOT / "analyses" / "out" / "forecast_honesty"
+CACHE = OUT / "cache"
+LEVELS = (0.5, 0.8, 0.9, 0.95)
+CURVE = np.round(np.arange(0.05, 1.0, 0.05), 2)
+VARIANTS = ("before", "after")
+#: the project's fixed values (replications.py): datablations' base from Chinchilla's C4 fit, and
+#: the D-CPT N term that a single-N table cannot identify
+DATABLATIONS_BASE = {"A": np.exp(6.255414), "B": np.exp(7.3049974), "E": np.exp(0.6254804),
+                     "alpha": 0.3526596, "beta": 0.3526596}
+CONSTANT_N_TERM = {"A": 1e-9, "alpha": 0.5}
+PTPP_FORMS = {"Form 1": "ptpp_floor", "Form 2": "ptpp_gated", "Form 3": "ptpp_gated_floor"}
+M3_BASE = ("A", "B", "alpha", "beta", "E")
+SCALEBENCH_TASKS = ("data_constrained_scaling_law", "farseer_scaling_law",
+                    "parallel_scaling_law", "vocab_scaling_law")
+GOALS = {"pooled 90% interval covers 85-95%": (0.9, 0.85, 0.95),
+         "pooled 50% interval covers 40-60%": (0.5, 0.40, 0.60)}
+MIN_DATASET_COV90 = 0.70
+
+
+@dataclass
+class Unit:
+    """One (dataset, split, law): a training side, a held-out side and how to fit the law.
+
+    ``law``: ``("registry", name)``, ``("nonemb", name)`` (``bible_common.nonemb_law``) or
+    ``("scalebench", task, law_id)``; ``two_phase``: fix the M3 base at its phase-1 MAP.
+    ``skip``: a reason not to fit (recorded instead of a result).
+    """
+
+    dataset: str
+    split: str
+    label: str
+    law: tuple
+    train: pd.DataFrame
+    test: pd.DataFrame
+    fixed: dict = field(default_factory=dict)
+    two_phase: bool = False
+    skip: str = ""
+
+    @property
+    def slug(self) -> str:
+        text = f"{self.dataset}__{self.split}__{self.label}"
+        return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in text)
+
+
+def resolve_law(ref: tuple):
+    if ref[0] == "nonemb":
+        return bible_common.nonemb_law(ref[1])
+    if ref[0] == "scalebench":
+        return bs.scalebench.get(ref[1], ref[2])
+    return bs.laws.get(ref[1])
+
+
+# ==================================================================================================
+# Splits
+
+
+def _top(values, q) -> np.ndarray:
+    values = np.asarray(values, float)
+    return values >= np.quantile(values, q)
+
+
+def epoch_units():
+    df = bs.datasets.load("chinchilla_epoch")
+    df = df[df["epoch_kept"]].reset_index(drop=True)
+    for split, held in (("N>=2.5e9", df["N"].to_numpy() >= 2.5e9),
+                        ("C=6ND top 20%", _top(6 * df["N"] * df["D"], 0.8))):
+        yield Unit("epoch", split, "chinchilla", ("registry", "chinchilla"), df[~held], df[held])
+
+
+def datablations_units():
+    df = bs.datasets.load("datablations")
+    held = _top(6 * df["N"] * df["D"], 0.8)
+    yield Unit("datablations", "C=6ND top 20%", "muennighoff", ("registry", "muennighoff"),
+               df[~held], df[held], fixed=DATABLATIONS_BASE)
+
+
+def gadre_units():
+    g = bs.datasets.load("gadre_overtraining")
+    g = g[g["domain"] == "c4_val"]
+    for ts in ("c4_original", "rpj", "rw_original"):
+        d = g[g["train_set"] == ts]
+        held = d["ptpp"].to_numpy() > 80
+        yield Unit("gadre", f"{ts}: ptpp>80", "chinchilla", ("registry", "chinchilla"),
+                   d[~held], d[held])
+
+
+def mixing_units():
+    df = bs.datasets.load("mixing_laws_cpt")
+    cpt = df[~df["is_base"] & (df["D"] > 0)]
+    for domain in ("target", "source"):
+        d = cpt[cpt["domain"] == domain]
+        held = d["D"].to_numpy() >= np.unique(d["D"])[-2]
+        yield Unit("mixing_laws_cpt", f"{domain}: two largest D", "dcpt", ("registry", "dcpt"),
+                   d[~held], d[held], fixed=CONSTANT_N_TERM)
+
+
+def ptpp_units():
+    df = bible_common.load()
+    cpt = df[df["D"] > 0]
+    for domain in ("target", "source"):
+        d = cpt[cpt["domain"] == domain]
+        train, test = d[d["ptpp"].isin((15, 31))], d[np.isclose(d["ptpp"], 279)]
+        for form, name in PTPP_FORMS.items():
+            yield Unit("bible_ptpp", f"{domain}: PTPP 279 from 15/31", form, ("nonemb", name),
+                       train, test)
+
+
+def m3_units():
+    df = m3_common.load_table()
+    rows = m3_common.setting_rows(df, m3_common.SETTINGS["a"])
+    for pair in m3_common.PAIRS:
+        d = rows[rows["pair"] == pair]
+        for s in m3_common.SPLITS:
+            held = s.test_mask(d)
+            train, test = d[~held], d[held]
+            skip = "" if min(len(train), len(test)) >= m3_common.MIN_ROWS else \
+                f"{len(train)} / {len(test)} rows on the two sides (< {m3_common.MIN_ROWS})"
+            for label, two in (("M3", True), ("Chinchilla", False)):
+                yield Unit("bible_m3", f"{pair}: {s.name}", label,
+                           ("registry", m3_common.LAWS[label][0]), train, test, two_phase=two,
+                           skip=skip)
+
+
+def scalebench_units():
+    for task in SCALEBENCH_TASKS:
+        target = bs.scalebench.TARGETS[task]
+        train, test = bs.scalebench.load(task)
+        train, test = (t.rename(columns={target: "loss"}) for t in (train, test))
+        short = task.removesuffix("_scaling_law")
+        skip = "" if (train["loss"] > 0).all() else \
+            (f"target {target} is not positive (min {train['loss'].min():.3g}): the log-scale "
+             "likelihood needs positive losses")
+        for law_id in bs.scalebench.task_laws(task):
+            for g in dict.fromkeys(train["group"]):
+                split = "train->test" + (f" ({g})" if train["group"].nunique() > 1 else "")
+                yield Unit(f"scalebench/{short}", split, law_id, ("scalebench", task, law_id),
+                           train[train["group"] == g], test[test["group"] == g], skip=skip)
+
+
+def all_units(quick=False) -> list[Unit]:
+    """Every unit, in dataset order; ``quick``: the first fitted split of each dataset (at most
+    three laws on it)."""
+    units = [*epoch_units(), *datablations_units(), *gadre_units(), *mixing_units(),
+             *ptpp_units(), *m3_units(), *scalebench_units()]
+    if quick:
+        first = {}
+        for u in units:
+            if not u.skip:
+                first.setdefault(u.dataset, u.split)
+        units = [u for u in units if first.get(u.dataset) == u.split and not u.skip]
+        units = [u for i, u in enumerate(units)
+                 if sum(v.dataset == u.dataset for v in units[:i]) < 3]
+    return units
+
+
+# ==================================================================================================
+# One unit
+
+
+def interval_version() -> str:
+    """Version of the default (``after``) interval method: the package's ``INTERVAL_VERSION`` when
+    it declares one, else a hash of the source of the Bayesian layer's predictive modules."""
+    declared = getattr(bs.bayes, "INTERVAL_VERSION", None)
+    if declared:
+        return str(declared)
+    h = hashlib.sha1()
+    for p in sorted((ROOT / "bayes_scaling" / "bayes").glob("*.py")):
+        if p.stem in ("discrepancy", "predictive", "posterior", "intervals", "api"):
+            h.update(p.read_bytes())
+    return h.hexdigest()[:10]
+
+
+def has_default_intervals() -> bool:
+    """Whether the package's default predictive includes the extrapolation discrepancy."""
+    return importlib.util.find_spec("bayes_scaling.bayes.intervals") is not None
+
+
+def cache_dir(variant: str, method: str) -> Path:
+    tag = "v1" if variant == "before" else interval_version()
+    return CACHE / method / f"{variant}-{tag}"
+
+
+def row_scores(draws: np.ndarray, y: np.ndarray) -> pd.DataFrame:
+    """Per held-out row: observation, predictive median, PIT, CRPS and the central intervals."""
+    out = {"y": y, "median": np.median(draws, 0),
+           "pit": np.mean(draws < y, 0) + 0.5 * np.mean(draws == y, 0),
+           "crps": ev.crps_samples(draws, y)}
+    for lv in LEVELS:
+        lo, hi = ev.central_interval(draws, lv)
+        out[f"lo{round(100 * lv)}"], out[f"hi{round(100 * lv)}"] = lo, hi
+    return pd.DataFrame(out)
+
+
+def predictive(post, test, variant) -> np.ndarray:
+    """Predictive draws ``(S, n)`` of the held-out rows: ``before`` with the discrepancy off,
+    ``after`` with the package's default."""
+    kw = {"discrepancy": 0.0} if variant == "before" else {}
+    return np.asarray(post.predict_draws(test, "predictive", **kw), float)
+
+
+def fit_unit(job) -> list[tuple[dict, pd.DataFrame | None]]:
+    """Fit one unit's posterior on its training side (once) and score each requested predictive
+    on the held-out side. Returns one (meta, per-row scores or None when skipped or failed) per
+    variant."""
+    unit, variants, method = job
+    base = {"dataset": unit.dataset, "split": unit.split, "law": unit.label, "method": method,
+            "n_train": len(unit.train), "n_test": len(unit.test), "status": "ok", "reason": ""}
+    if unit.skip:
+        return [({**base, "variant": v, "status": "skipped", "reason": unit.skip}, None)
+                for v in variants]
+    t0 = time.perf_counter()
+    # compiled programs persist across the worker processes and reruns (as in scalebench.py)
+    jax.config.update("jax_compilation_cache_dir", os.environ.get(
+        "JAX_COMPILATION_CACHE_DIR", str(Path.home() / ".cache" / "bayes_scaling" / "jax")))
+    fixed = dict(unit.fixed)
+    try:
+        law = resolve_law(unit.law)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if unit.two_phase:
+                mapfit = m3_common.fit(law, unit.train)
+                fixed.update({k: mapfit.params[k] for k in M3_BASE})
+            post = bs.fit_posterior(law, unit.train, fixed=fixed or None, method=method, seed=0,
+                                    progress_bar=False)
+    except SplitSkipped as exc:
+        return [({**base, "variant": v, "status": "skipped",
+                  "reason": str(exc).splitlines()[0][:200]}, None) for v in variants]
+    except (BayesScalingError, FloatingPointError, ValueError) as exc:
+        return [({**base, "variant": v, "status": "failed",
+                  "reason": str(exc).splitlines()[0][:200]}, None) for v in variants]
+    d = post.diagnostics
+    base.update(fit_seconds=time.perf_counter() - t0, posterior_ok=bool(post.ok),
+                check=(f"Pareto k {d['pareto_k']:.2f}" if method == "laplace" else
+                       f"R-hat {d['max_rhat']:.3f}, ESS {d['min_ess_bulk']:.0f}, "
+                       f"{d['divergences']} div"))
+    out = []
+    for v in variants:
+        meta, t1 = {**base, "variant": v}, time.perf_counter()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                draws = predictive(post, unit.test, v)
+        except (BayesScalingError, FloatingPointError, ValueError) as exc:
+            out.append(({**meta, "status": "failed",
+                         "reason": str(exc).splitlines()[0][:200]}, None))
+            continue
+        ok = np.all(np.isfinite(draws), 1)
+        meta.update(predict_seconds=time.perf_counter() - t1, dropped_draws=int((~ok).sum()))
+        if not ok.any():
+            out.append(({**meta, "status": "failed",
+                         "reason": "every predictive draw is non-finite"}, None))
+            continue
+        out.append((meta, row_scores(draws[ok], unit.test["loss"].to_numpy(float))))
+    return out
+
+
+def interleave(jobs: list) -> list:
+    """Jobs round-robin over datasets, so that a partial run has covered every dataset."""
+    queues = {}
+    for j in jobs:
+        queues.setdefault(j[0].dataset, []).append(j)
+    out = []
+    while any(queues.values()):
+        out += [q.pop(0) for q in queues.values() if q]
+    return out
+
+
+def run(units, variants, method, executor) -> None:
+    """Fit every unit with a variant missing from the cache; write each result as it comes."""
+    todo = []
+    for u in units:
+        missing = [v for v in variants
+                   if not (cache_dir(v, method) / f"{u.slug}.json").exists()]
+        if missing:
+            todo.append((u, missing, method))
+    todo = interleave(todo)
+    print(f"{len(todo)} units to fit ({len(units) - len(todo)} cached)", file=sys.stderr,
+          flush=True)
+    if not todo:
+        return
+    bar = tqdm(total=len(todo), desc="units") if tqdm else None
+    with executor:
+        for i, results in executor.submit_iter(fit_unit, todo):
+            unit = todo[i][0]
+            for meta, rows in results:
+                folder = cache_dir(meta["variant"], method)
+                folder.mkdir(parents=True, exist_ok=True)
+                if rows is not None:
+                    rows.to_csv(folder / f"{unit.slug}.csv", index=False)
+                (folder / f"{unit.slug}.json").write_text(json.dumps(meta, indent=1,
+                                                                     default=float))
+                line = (f"{meta['dataset']} | {meta['split']} | {meta['law']} | "
+                        f"{meta['variant']}: {meta['status']} {meta['reason']}")
+                if bar:
+                    bar.write(line)
+                else:
+                    print(line, file=sys.stderr, flush=True)
+            if bar:
+                bar.update(1)
+    if bar:
+        bar.close()
+
+
+# ==================================================================================================
+# Summary
+
+
+def load_cached(units, variants, method) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per unit and variant: meta and scores; every held-out row of every unit)."""
+    metas, rows = [], []
+    for v in variants:
+        folder = cache_dir(v, method)
+        for u in units:
+            f = folder / f"{u.slug}.json"
+            if not f.exists():
+                continue
+            meta = json.loads(f.read_text())
+            csv = folder / f"{u.slug}.csv"
+            if csv.exists():
+                r = pd.read_csv(csv).assign(dataset=u.dataset, split=u.split, law=u.label,
+                                            variant=v)
+                meta.update(scores(r))
+                rows.append(r)
+            metas.append(meta)
+    return pd.DataFrame(metas), (pd.concat(rows, ignore_index=True) if rows else pd.DataFrame())
+
+
+def scores(r: pd.DataFrame) -> dict:
+    out = {"rows": len(r)}
+    for lv in LEVELS:
+        p = round(100 * lv)
+        out[f"cov{p}"] = float(np.mean((r["y"] >= r[f"lo{p}"]) & (r["y"] <= r[f"hi{p}"])))
+    out["width90_rel"] = float(np.mean((r["hi90"] - r["lo90"]) / r["y"]))
+    out["crps"] = float(np.mean(r["crps"]))
+    return out
+
+
+def calibration(r: pd.DataFrame) -> np.ndarray:
+    """Share of rows inside the central interval of each nominal level of :data:`CURVE`."""
+    dev = np.abs(r["pit"].to_numpy() - 0.5)
+    return np.array([np.mean(dev <= p / 2) for p in CURVE])
+
+
+def pooled(rows: pd.DataFrame, by=None) -> pd.DataFrame:
+    keys = ["variant"] + ([by] if by else [])
+    out = [dict(zip(keys, k if isinstance(k, tuple) else (k,)), **scores(g))
+           for k, g in rows.groupby(keys, sort=False)]
+    return pd.DataFrame(out)
+
+
+def fig_calibration(rows: pd.DataFrame, path: Path) -> None:
+    datasets = list(dict.fromkeys(rows["dataset"]))
+    variants = list(dict.fromkeys(rows["variant"]))
+    fig, axes = plt.subplots(1, len(variants), figsize=(5.5 * len(variants), 5), squeeze=False)
+    cmap = plt.get_cmap("tab10")
+    for ax, v in zip(axes[0], variants):
+        rv = rows[rows["variant"] == v]
+        ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls=":")
+        for i, ds in enumerate(datasets):
+            g = rv[rv["dataset"] == ds]
+            if len(g):
+                ax.plot(CURVE, calibration(g), color=cmap(i % 10), lw=1, alpha=0.8,
+                        label=f"{ds} ({len(g)})")
+        ax.plot(CURVE, calibration(rv), color="black", lw=2.5, label=f"pooled ({len(rv)})")
+        ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="nominal central coverage",
+               ylabel="empirical coverage (held-out rows)", title=f"{v}")
+        ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def fig_pit(rows: pd.DataFrame, path: Path) -> None:
+    variants = list(dict.fromkeys(rows["variant"]))
+    fig, axes = plt.subplots(1, len(variants), figsize=(5 * len(variants), 3.8), squeeze=False)
+    for ax, v in zip(axes[0], variants):
+        pit = rows.loc[rows["variant"] == v, "pit"]
+        ax.hist(pit, bins=20, range=(0, 1), density=True, color="#4C72B0", alpha=0.8)
+        ax.axhline(1.0, color="black", ls=":", lw=1)
+        ax.set(xlabel="PIT = P(Y <= y) under the predictive", ylabel="density",
+               title=f"{v}: {len(pit)} held-out rows")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _pct(x) -> str:
+    return "—" if x is None or not np.isfinite(x) else f"{100 * x:.0f}%"
+
+
+def score_table(t: pd.DataFrame, keys) -> str:
+    cols = keys + ["rows"] + [f"cov{round(100 * lv)}" for lv in LEVELS] + ["width90_rel", "crps"]
+    t = t[cols].copy()
+    for c in cols:
+        if c.startswith("cov") or c == "width90_rel":
+            t[c] = t[c].map(_pct if c.startswith("cov") else (lambda x: f"{100 * x:.1f}%"))
+        elif c == "crps":
+            t[c] = t[c].map(lambda x: f"{x:.4f}")
+    return ev.markdown_table(t.rename(columns={"width90_rel": "90% width / y"}))
+
+
+def goal_lines(rows: pd.DataFrame, variant: str) -> list[str]:
+    rv = rows[rows["variant"] == variant]
+    if rv.empty:
+        return [f"- {variant}: no results"]
+    out = []
+    s = scores(rv)
+    for name, (lv, lo, hi) in GOALS.items():
+        c = s[f"cov{round(100 * lv)}"]
+        out.append(f"- {variant}: {name}: {_pct(c)} -> {'PASS' if lo <= c <= hi else 'FAIL'}")
+    per = pooled(rv, "dataset").set_index("dataset")["cov90"]
+    worst = per.idxmin()
+    out.append(f"- {variant}: no dataset below {MIN_DATASET_COV90:.0%} at 90%: lowest {worst} "
+               f"{_pct(per[worst])} -> {'PASS' if per.min() >= MIN_DATASET_COV90 else 'FAIL'}"
+               + (f" (below: {', '.join(f'{k} {_pct(v)}' for k, v in per.items() if v < MIN_DATASET_COV90)})"
+                  if per.min() < MIN_DATASET_COV90 else ""))
+    return out
+
+
+def summarise(units, variants, method, command, seconds=None) -> str:
+    meta, rows = load_cached(units, variants, method)
+    OUT.mkdir(parents=True, exist_ok=True)
+    if meta.empty:
+        raise BayesScalingError("no cached results yet: run without --summary first")
+    meta.to_csv(OUT / "results.csv", index=False)
+    lines = ["# Forecast honesty: held-out coverage of the predictive intervals", "",
+             f"Generated by `{command}` (resumable; `--summary` rewrites this file from the "
+             "cache). Posteriors: "
+             + ("NUTS (4 chains x 1000 draws)" if method == "nuts" else
+                "Laplace approximation (`method=\"laplace\"`, 4000 draws; `--nuts` for NUTS)")
+             + ", fitted on each split's training side only; scores on its held-out side. "
+             "`before`: the posterior predictive with `discrepancy=0` (fitted noise only); "
+             "`after`: the default predictive (`discrepancy=\"auto\"`)."
+             + ("" if "after" in set(meta["variant"]) else
+                " The `after` column is not available from the installed package yet."), ""]
+    if seconds is not None:
+        lines += [f"Run time of this invocation: {seconds / 60:.1f} min.", ""]
+    lines += ["## Goals (issue 16)", ""]
+    for v in variants:
+        lines += goal_lines(rows, v) if len(rows) else []
+    lines += ["", "## Pooled over every held-out row", "",
+              score_table(pooled(rows), ["variant"]), "",
+              "## Per dataset (rows pooled)", "",
+              score_table(pooled(rows, "dataset").sort_values(["dataset", "variant"],
+                                                              kind="stable"),
+                          ["dataset", "variant"]), "",
+              "Datasets weighted equally (mean of the per-dataset coverages): "
+              + "; ".join(f"{v}: 50% {_pct(g['cov50'].mean())}, 90% {_pct(g['cov90'].mean())}"
+                          for v, g in pooled(rows, "dataset").groupby("variant", sort=False)),
+              "", ("Figures: `calibration.png` (nominal vs empirical central coverage, pooled and "
+                   "per dataset), `pit.png` (PIT histogram; flat = calibrated, U = too narrow)."),
+              "",
+              "## Per dataset, split and law", ""]
+    ok = meta[meta["status"] == "ok"].copy()
+    lines += [score_table(ok, ["dataset", "split", "law", "variant"]), ""]
+    bad = meta[meta["status"] != "ok"]
+    if len(bad):
+        lines += ["## Not scored", "",
+                  ev.markdown_table(bad[["dataset", "split", "law", "variant", "status",
+                                         "reason"]]), ""]
+    if "check" in ok:
+        lines += [(f"Posterior checks: {int((~ok['posterior_ok'].astype(bool)).sum())} of "
+                  f"{len(ok)} fits failed their own check (see `results.csv`, column `check`); "
+                  "they are scored as they are (a forecast is what a user would get). Fit time: "
+                  f"median {ok['fit_seconds'].median():.0f} s, total "
+                  f"{ok['fit_seconds'].sum() / 60:.0f} min over the cached units."), ""]
+    if len(rows):
+        fig_calibration(rows, OUT / "calibration.png")
+        fig_pit(rows, OUT / "pit.png")
+    text = "\n".join(lines)
+    (OUT / "summary.md").write_text(text)
+    return text
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one split per dataset")
+    ap.add_argument("--nuts", action="store_true", help="NUTS posteriors instead of Laplace")
+    ap.add_argument("--executor", choices=("serial", "local", "ray"), default="serial")
+    ap.add_argument("--workers", type=int, default=2, help="processes of the local pool")
+    ap.add_argument("--ray-address", help="Ray cluster to join ('auto'); none: start one here")
+    ap.add_argument("--variants", default="before,after",
+                    help="predictives to score (after: only when the package has the default "
+                         "intervals)")
+    ap.add_argument("--only", nargs="*", help="datasets to run (e.g. epoch bible_m3)")
+    ap.add_argument("--summary", action="store_true", help="tables and figures from the cache")
+    a = ap.parse_args(argv)
+    t0 = time.time()
+    method = "nuts" if a.nuts else "laplace"
+    variants = [v for v in a.variants.split(",") if v in VARIANTS]
+    if "after" in variants and not has_default_intervals():
+        print("the installed package has no default extrapolation intervals: "
+              "scoring `before` only", file=sys.stderr)
+        variants.remove("after")
+    units = all_units(quick=a.quick)
+    if a.only:
+        units = [u for u in units if u.dataset.split("/")[0] in a.only]
+    if not a.summary:
+        run(units, variants, method,
+            get_executor(a.executor, workers=a.workers, address=a.ray_address))
+    command = ("nice -n 10 python analyses/forecast_honesty.py --executor local --workers 2"
+               + " --quick" * a.quick + " --nuts" * a.nuts)
+    print(summarise(units, variants, method, command,
+                    None if a.summary else time.time() - t0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
