@@ -411,7 +411,8 @@ def scores(r: pd.DataFrame) -> dict:
     for lv in LEVELS:
         p = round(100 * lv)
         out[f"cov{p}"] = float(np.mean((r["y"] >= r[f"lo{p}"]) & (r["y"] <= r[f"hi{p}"])))
-    out["width90_rel"] = float(np.mean((r["hi90"] - r["lo90"]) / r["y"]))
+    w = (r["hi90"] - r["lo90"]) / r["y"]
+    out["width90_rel"], out["width90_median"] = float(np.mean(w)), float(np.median(w))
     out["crps"] = float(np.mean(r["crps"]))
     return out
 
@@ -420,6 +421,16 @@ def calibration(r: pd.DataFrame) -> np.ndarray:
     """Share of rows inside the central interval of each nominal level of :data:`CURVE`."""
     dev = np.abs(r["pit"].to_numpy() - 0.5)
     return np.array([np.mean(dev <= p / 2) for p in CURVE])
+
+
+def paired(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the (dataset, split, law) units that every variant present has scored."""
+    if rows.empty:
+        return rows
+    unit = ["dataset", "split", "law"]
+    n = rows.groupby(unit)["variant"].nunique()
+    keep = n[n == rows["variant"].nunique()].index
+    return rows.set_index(unit).loc[lambda t: t.index.isin(keep)].reset_index()
 
 
 def pooled(rows: pd.DataFrame, by=None) -> pd.DataFrame:
@@ -470,14 +481,19 @@ def _pct(x) -> str:
 
 
 def score_table(t: pd.DataFrame, keys) -> str:
-    cols = keys + ["rows"] + [f"cov{round(100 * lv)}" for lv in LEVELS] + ["width90_rel", "crps"]
+    cols = keys + ["rows"] + [f"cov{round(100 * lv)}" for lv in LEVELS] + [
+        "width90_rel", "width90_median", "crps"]
     t = t[cols].copy()
+    t["rows"] = t["rows"].astype(int)
     for c in cols:
-        if c.startswith("cov") or c == "width90_rel":
-            t[c] = t[c].map(_pct if c.startswith("cov") else (lambda x: f"{100 * x:.1f}%"))
+        if c.startswith("cov"):
+            t[c] = t[c].map(_pct)
+        elif c.startswith("width"):
+            t[c] = t[c].map(lambda x: f"{100 * x:.1f}%")
         elif c == "crps":
-            t[c] = t[c].map(lambda x: f"{x:.4f}")
-    return ev.markdown_table(t.rename(columns={"width90_rel": "90% width / y"}))
+            t[c] = t[c].map(lambda x: f"{x:.4g}")
+    return ev.markdown_table(t.rename(columns={"width90_rel": "mean 90% width / y",
+                                               "width90_median": "median 90% width / y"}))
 
 
 def goal_lines(rows: pd.DataFrame, variant: str) -> list[str]:
@@ -514,6 +530,13 @@ def summarise(units, variants, method, command, seconds=None) -> str:
              "`after`: the default predictive (`discrepancy=\"auto\"`)."
              + ("" if "after" in set(meta["variant"]) else
                 " The `after` column is not available from the installed package yet."), ""]
+    for v in variants:
+        m = meta[meta["variant"] == v]
+        counts = m["status"].value_counts()
+        lines.append(f"- `{v}`: {len(units)} units (dataset, split, law); "
+                     + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("ok", "skipped", "failed"))
+                     + f", {len(units) - len(m)} not run yet")
+    lines.append("")
     if seconds is not None:
         lines += [f"Run time of this invocation: {seconds / 60:.1f} min.", ""]
     lines += ["## Goals (issue 16)", ""]
@@ -530,8 +553,15 @@ def summarise(units, variants, method, command, seconds=None) -> str:
                           for v, g in pooled(rows, "dataset").groupby("variant", sort=False)),
               "", ("Figures: `calibration.png` (nominal vs empirical central coverage, pooled and "
                    "per dataset), `pit.png` (PIT histogram; flat = calibrated, U = too narrow)."),
-              "",
-              "## Per dataset, split and law", ""]
+              ""]
+    both = paired(rows)
+    if len(both) and len(both) < len(rows):
+        lines += ["## Before and after on the units scored by both", "",
+                  score_table(pooled(both), ["variant"]), "",
+                  score_table(pooled(both, "dataset").sort_values(["dataset", "variant"],
+                                                                  kind="stable"),
+                              ["dataset", "variant"]), ""]
+    lines += ["## Per dataset, split and law", ""]
     ok = meta[meta["status"] == "ok"].copy()
     lines += [score_table(ok, ["dataset", "split", "law", "variant"]), ""]
     bad = meta[meta["status"] != "ok"]
