@@ -44,6 +44,11 @@ class SplitSkipped(FitError):
     split as skipped, which excludes it for every law."""
 
 
+class ConvergenceError(FitError):
+    """A posterior that failed its convergence checks was used for forecasts without
+    ``allow_unconverged=True``."""
+
+
 class ConvergenceWarning(UserWarning):
     """A posterior failed a convergence diagnostic (R-hat, ESS, divergences, BFMI)."""
 

@@ -38,13 +38,14 @@ Layout (each module one idea; data flows down the list):
 - ``spec``: :class:`Spec` (law + priors + likelihood + fixed values) and its densities;
 - ``model``: the NumPyro model and the compiled densities;
 - ``modes``: MAP, Newton, Laplace; ``nuts``: sampling and diagnostics;
-- ``posterior``: :class:`Posterior`, forecasts, save/load; ``discrepancy``: extrapolation widening;
+- ``intervals``: extrapolation distance, leave-future-out rehearsal, the discrepancy's posterior;
+- ``posterior``: :class:`Posterior`, forecasts, save/load; ``discrepancy``: a fixed-tau opt-in;
 - ``api``: :func:`fit_posterior`; ``commands``: the CLI entry points.
 """
 from ..errors import ConvergenceWarning, MultimodalWarning
 from ..laws import Coordinates
 from .api import fit_posterior
-from .commands import forecast_command, posterior_command
+from .commands import forecast_command, forecast_summary, posterior_command
 from .coordinates import choose_blocks, level_coordinates, power_coordinates
 from .discrepancy import estimate_discrepancy, with_discrepancy
 from .distributions import (HUBER_C, FlatPrior, OnUnconstrained, huber_standard_sample,
@@ -64,7 +65,8 @@ __all__ = [
     "HUBER_C", "LIKELIHOODS", "Mode", "MultimodalWarning", "Observation", "OnUnconstrained",
     "Posterior", "RHAT_MAX", "SCALE", "STUDENT_DF", "Spec", "build_model", "choose_blocks",
     "data_pytree", "default_prior", "default_priors", "draw_prior", "estimate_discrepancy",
-    "extrapolation_distance", "fit_posterior", "forecast_command", "huber_standard_sample",
+    "extrapolation_distance", "fit_posterior", "forecast_command", "forecast_summary",
+    "huber_standard_sample",
     "level_coordinates", "load_posterior", "log_abs_det_jacobian", "log_scale",
     "log_likelihood", "make_spec", "map_estimate", "plain_priors", "posterior_command", "power_coordinates",
     "prior_given", "prior_loc_scale", "prior_order", "prior_table", "standard_noise",

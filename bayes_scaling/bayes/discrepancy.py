@@ -1,4 +1,5 @@
-"""A model-discrepancy term that widens forecasts with extrapolation distance."""
+"""A fixed model-discrepancy scale chosen by one rehearsal split (opt-in; the default of every
+forecast is the rehearsal and grid posterior of :mod:`~bayes_scaling.bayes.intervals`)."""
 from __future__ import annotations
 
 import warnings
@@ -31,7 +32,8 @@ def estimate_discrepancy(law, df, heldout, *, axis=None, grid=None, **fit_kwargs
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         post = fit_posterior(law, inner, **{"progress_bar": False, **fit_kwargs})
-        y = np.log(post.predict_draws(test, "predictive", discrepancy=0.0))
+        y = np.log(post.predict_draws(test, "predictive", discrepancy=0.0,
+                                      allow_unconverged=True))
     d = extrapolation_distance(post, test, axis)
     r = np.log(np.asarray(test["loss"], float)) - np.median(y, 0)
     v0 = y.var(0)
@@ -41,8 +43,8 @@ def estimate_discrepancy(law, df, heldout, *, axis=None, grid=None, **fit_kwargs
     post.settings["_discrepancy_axis"] = axis
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        before = post.coverage(test, (0.5, 0.9), discrepancy=0.0)
-        after = post.coverage(test, (0.5, 0.9), discrepancy=tau)
+        before = post.coverage(test, (0.5, 0.9), discrepancy=0.0, allow_unconverged=True)
+        after = post.coverage(test, (0.5, 0.9), discrepancy=tau, allow_unconverged=True)
     return {"tau": tau, "axis": axis, "n_inner_train": int((~mask).sum()),
             "n_inner_test": int(mask.sum()), "inner_distance_max": float(d.max()),
             "inner_coverage_before": before, "inner_coverage_after": after}

@@ -11,8 +11,10 @@ import numpy as np
 import pandas as pd
 
 from .. import data as _data
-from ..errors import BayesScalingError, ConvergenceWarning
+from ..errors import BayesScalingError, ConvergenceError, ConvergenceWarning
 from ..laws import Law
+from .intervals import (extrapolation, fitted_table, input_columns,
+                        sample_scales, signature_grid)
 from .predictive import observation_draws
 from .spec import Spec
 
@@ -89,30 +91,55 @@ class Posterior:
         sigma = d["sigma"][idx] if "sigma" in d else np.full(len(idx), self.settings["scale"])
         return p, jnp.asarray(sigma)
 
-    def _check_use(self):
-        if not self.ok:
-            warnings.warn(
-                f"using a posterior of {self.law.name} that failed its convergence diagnostics "
-                f"({'; '.join(self.diagnostics.get('failed', [])) or 'see .diagnostics'}); "
-                "its intervals may be wrong", ConvergenceWarning, stacklevel=3)
+    @property
+    def status(self) -> str:
+        """``"ok"``, or ``"NOT CONVERGED"``: the label of an unconverged posterior's outputs."""
+        return "ok" if self.ok else "NOT CONVERGED"
+
+    def _check_use(self, allow_unconverged):
+        """Refuse an unconverged posterior unless allowed (by the call or at fit time)."""
+        if self.ok:
+            return
+        failed = "; ".join(self.diagnostics.get("failed", [])) or "see .diagnostics"
+        if not (allow_unconverged or self.settings.get("allow_unconverged", False)):
+            raise ConvergenceError(
+                f"the posterior of {self.law.name} failed its convergence checks ({failed}): its "
+                "forecasts would be wrong. Refit it (more warm-up, method='nuts', more informative "
+                "priors; see .diagnostics['advice']), or pass allow_unconverged=True to use it, "
+                "labelled NOT CONVERGED")
+        warnings.warn(f"using a posterior of {self.law.name} that failed its convergence "
+                      f"diagnostics ({failed}); its intervals may be wrong", ConvergenceWarning,
+                      stacklevel=4)
 
     # --- predictions -----------------------------------------------------------------------------
-    def predict_draws(self, df, kind="mean", *, seed=0, max_draws=None,
-                      discrepancy=None) -> np.ndarray:
+    def predict_draws(self, df, kind="mean", *, seed=0, max_draws=None, discrepancy=None,
+                      allow_unconverged=False) -> np.ndarray:
         """Predicted loss for every posterior draw and row: an array of shape ``(S, n)``.
 
         ``kind="mean"``: the law's value ``f(theta_s, x)``; ``"predictive"``: a new observation,
         ``f(theta_s, x) * exp(sigma_s * eps)`` with ``eps`` drawn from the likelihood (Huber,
-        Student-t or Normal; seeded by ``seed``). ``max_draws`` thins the draws evenly.
-        ``discrepancy``: a model-discrepancy scale ``tau`` (default: ``settings["discrepancy"]``,
-        set by :func:`estimate_discrepancy`, else 0): both kinds are multiplied by
-        ``exp(tau d(x) z)``, ``z ~ N(0, 1)``, with ``d`` the :func:`extrapolation_distance` of the
-        row from the fitted table, so intervals widen with extrapolation and not inside the data.
-        Vectorised over draws (one ``vmap``).
+        Student-t or Normal; seeded by ``seed``). ``max_draws`` thins the draws evenly. Both kinds
+        are then multiplied by ``exp(delta)``, the model discrepancy of a row outside the fitted
+        range (:mod:`~bayes_scaling.bayes.intervals`, docs/forecasting.md):
+
+        - ``discrepancy="auto"`` (default, unless ``settings["discrepancy"]`` says otherwise):
+          ``delta ~ N(0, (tau_s d^p_s)^2)`` with ``d`` the :func:`extrapolation_distance` and
+          ``(p_s, tau_s)`` drawn per posterior draw from their posterior given a leave-future-out
+          rehearsal on the training table (computed when first needed, cached in ``settings``);
+        - a number ``tau``: ``delta ~ N(0, (tau d)^2)``;
+        - ``0`` or ``"off"``: no discrepancy (the fitted noise only).
+
+        Rows inside the fitted range (``d = 0``) get exactly the draws of ``discrepancy=0``.
+        A posterior that failed its checks raises :class:`ConvergenceError` unless
+        ``allow_unconverged`` (or ``settings["allow_unconverged"]``, stored at fit time).
         """
+        return self._draws(df, kind, seed, max_draws, discrepancy, allow_unconverged)[0]
+
+    def _draws(self, df, kind, seed, max_draws, discrepancy, allow_unconverged):
+        """``(draws, info)``: :meth:`predict_draws` and a per-row table of the discrepancy used."""
         if kind not in ("mean", "predictive"):
             raise BayesScalingError(f"kind must be 'mean' or 'predictive', got {kind!r}")
-        self._check_use()
+        self._check_use(allow_unconverged)
         x = _forecast_inputs(self.law, df)
         p, sigma = self._param_draws(max_draws)
         out = np.asarray(_vmapped_law(self.law)(p, x))
@@ -120,33 +147,74 @@ class Posterior:
         if kind == "predictive":
             out = observation_draws(out, sigma, self.settings["likelihood"], k_noise,
                                     c=self.settings["c"], student_df=self.settings["student_df"])
-        tau = self.settings.get("discrepancy", 0.0) if discrepancy is None else discrepancy
-        if tau:
-            d = extrapolation_distance(self, df)
+        scale, info = self._discrepancy_scale(df, discrepancy, out.shape[0], seed)
+        if scale is not None:
             z = np.asarray(jax.random.normal(k_disc, out.shape))
-            out = out * np.exp(tau * d[None, :] * z)
-        return out
+            out = out * np.exp(scale * z)
+        return out, info
 
-    def forecast(self, new_df, interval=0.9, kind="predictive", *, seed=0,
-                 discrepancy=None) -> pd.DataFrame:
-        """Posterior forecast at the rows of ``new_df``: mean, median, lower, upper, sd.
+    def _discrepancy_scale(self, df, discrepancy, n_draws, seed):
+        """``(S, n)`` scales of the discrepancy term (``None`` when none applies) and the per-row
+        ``extrapolation``, ``extrapolated``, ``discrepancy_tau`` and ``discrepancy_basis``."""
+        mode = self.settings.get("discrepancy", "auto") if discrepancy is None else discrepancy
+        if not isinstance(df, pd.DataFrame):
+            df = pd.DataFrame(df)
+        if mode != "auto" and mode != "off" and not isinstance(mode, (int, float)):
+            raise BayesScalingError(f"discrepancy must be 'auto', 'off' or a number >= 0 (a fixed "
+                                    f"tau), got {mode!r}")
+        if mode == "auto":
+            d, sigs = extrapolation(fitted_table(self), df, input_columns(self.law))
+        else:
+            d = extrapolation_distance(self, df)
+        info = pd.DataFrame({"extrapolation": d, "extrapolated": d > 0,
+                             "discrepancy_tau": 0.0, "discrepancy_basis": ""})
+        if mode == "off" or not mode or not (d > 0).any():
+            return None, info
+        if mode != "auto":
+            if mode < 0:
+                raise BayesScalingError(f"a fixed discrepancy tau must be >= 0, got {mode}")
+            info.loc[d > 0, ["discrepancy_tau", "discrepancy_basis"]] = [float(mode), "fixed tau"]
+            return np.broadcast_to(mode * d, (n_draws, len(d))), info
+        scale = np.zeros((n_draws, len(d)))
+        rng = np.random.default_rng(seed)
+        for sig in sorted(set(sigs) - {""}):
+            rows = np.flatnonzero(sigs == sig)
+            grid = signature_grid(self, sig)
+            scale[:, rows], tau = sample_scales(grid, d[rows], n_draws, rng)
+            info.loc[rows, "discrepancy_tau"] = float(np.median(tau))
+            info.loc[rows, "discrepancy_basis"] = grid["basis"]
+        return scale, info
+
+    def forecast(self, new_df, interval=0.9, kind="predictive", *, seed=0, discrepancy=None,
+                 allow_unconverged=False) -> pd.DataFrame:
+        """Posterior forecast at the rows of ``new_df``: mean, median, lower, upper, sd, and how
+        far each row extrapolates.
 
         ``lower``/``upper`` are the equal-tailed ``interval`` credible bounds. ``kind="mean"``
         gives the interval of the law's value (no observation noise), ``"predictive"`` (default)
-        that of a new measured loss. The draws are :meth:`predict_draws`.
+        that of a new measured loss. The draws are :meth:`predict_draws` (``discrepancy`` and
+        ``allow_unconverged`` as there). Further columns: ``extrapolation`` (the distance ``d``),
+        ``extrapolated`` (``d > 0``), ``discrepancy_tau`` (median ``tau`` of the row's draws),
+        ``discrepancy_basis`` (what that ``tau`` rests on) and ``posterior_status``.
         """
         if not 0 < interval < 1:
             raise BayesScalingError(f"interval must be in (0, 1), got {interval}")
-        y = self.predict_draws(new_df, kind, seed=seed, discrepancy=discrepancy)
+        y, info = self._draws(new_df, kind, seed, None, discrepancy, allow_unconverged)
         a = (1 - interval) / 2
         q = np.quantile(y, [a, 0.5, 1 - a], axis=0)
-        return pd.DataFrame({"mean": y.mean(0), "median": q[1], "lower": q[0], "upper": q[2],
-                             "sd": y.std(0)}, index=getattr(new_df, "index", None))
+        out = pd.DataFrame({"mean": y.mean(0), "median": q[1], "lower": q[0], "upper": q[2],
+                            "sd": y.std(0)}, index=getattr(new_df, "index", None))
+        for k in info:
+            out[k] = info[k].to_numpy()
+        out["posterior_status"] = self.status
+        return out
 
     def coverage(self, df, intervals=(0.5, 0.9), kind="predictive", *, seed=0,
-                 discrepancy=None) -> dict:
-        """Fraction of the rows of ``df`` whose ``loss`` lies in each central predictive interval."""
-        y = self.predict_draws(df, kind, seed=seed, discrepancy=discrepancy)
+                 discrepancy=None, allow_unconverged=False) -> dict:
+        """Fraction of the rows of ``df`` whose ``loss`` lies in each central predictive interval
+        (draws of :meth:`predict_draws`, ``discrepancy`` and ``allow_unconverged`` as there)."""
+        y = self.predict_draws(df, kind, seed=seed, discrepancy=discrepancy,
+                               allow_unconverged=allow_unconverged)
         obs = np.asarray(df["loss"], float)
         out = {}
         for iv in intervals:
@@ -188,37 +256,32 @@ def extrapolation_distance(post, df, axis=None) -> np.ndarray:
     Per coordinate, in log space: the distance beyond the fitted range ``[min, max]``, divided by
     the width of that range (0 inside it; a coordinate that was constant in the fit counts in units
     of 1 in log space); the row's distance is the Euclidean norm over the coordinates. The
-    coordinates are the law's variables, or ``axis(table) -> positive array`` (e.g. epochs
-    ``lambda t: t.D / t.U``) when extrapolation happens along a derived quantity. The axis is
-    stored in ``post.settings["discrepancy_axis"]`` by :func:`estimate_discrepancy`.
+    coordinates are the law's input columns (:func:`~bayes_scaling.bayes.intervals.extrapolation`),
+    or ``axis(table) -> positive array`` (e.g. epochs ``lambda t: t.D / t.U``) when extrapolation
+    happens along a derived quantity (stored by :func:`with_discrepancy` for a fixed ``tau``).
     """
     axis = axis if axis is not None else post.settings.get("_discrepancy_axis")
-    cd = post.idata.constant_data
-    fitted = pd.DataFrame({k: np.asarray(cd[k]) for k in cd.data_vars})
-    if axis is not None:
-        pairs = [(np.asarray(axis(fitted), float), np.asarray(axis(df), float))]
-    else:
-        law = post.law
-        pairs = [(np.asarray(fitted[law.column(v)], float), np.asarray(df[law.column(v)], float))
-                 for v in law.variables if law.column(v) in fitted and law.column(v) in df]
-    out = np.zeros(len(df))
-    for fit, new in pairs:
-        fit, new = np.log(np.maximum(fit, 1e-300)), np.log(np.maximum(new, 1e-300))
-        lo, hi = fit.min(), fit.max()
-        width = hi - lo if hi > lo else 1.0
-        beyond = np.maximum(new - hi, 0.0) + np.maximum(lo - new, 0.0)
-        out += (beyond / width) ** 2
-    return np.sqrt(out)
+    fitted = fitted_table(post)
+    if not isinstance(df, pd.DataFrame):
+        df = pd.DataFrame(df)
+    if axis is None:
+        return extrapolation(fitted, df, input_columns(post.law))[0]
+    return extrapolation(pd.DataFrame({"axis": np.asarray(axis(fitted), float)}),
+                         pd.DataFrame({"axis": np.asarray(axis(df), float)}), ["axis"])[0]
 
 
 def load_posterior(path, law=None) -> Posterior:
     """Read a posterior written by :meth:`Posterior.save` (pass ``law`` for an unregistered law); a
-    law whose definition is not the one the posterior recorded is refused (``Law.from_saved``)."""
+    law whose definition is not the one the posterior recorded is refused (``Law.from_saved``).
+    A posterior saved labelled NOT CONVERGED (``bayes-scaling posterior --allow-unconverged``)
+    was kept on purpose: it loads with ``settings["allow_unconverged"] = True``."""
     import arviz as az
 
     idata = az.from_netcdf(str(path))
     meta = json.loads(idata.posterior.attrs["bayes_scaling"])
     law = Law.from_saved(meta["law"], meta.get("law_identity"), law, str(path))
+    if str(idata.posterior.attrs.get("bayes_scaling_status", "")).startswith("NOT CONVERGED"):
+        meta["settings"]["allow_unconverged"] = True
     return Posterior(law=law, idata=idata, map=meta["map"],
                      diagnostics=meta["diagnostics"], modes=pd.DataFrame(meta["modes"]),
                      settings=meta["settings"], data_hash=meta["data_hash"])

@@ -385,6 +385,10 @@ def _check_extrapolation(plan: Plan, rngs: dict, allow: bool) -> None:
         f"{kind} plan: {m}" for kind, p in points if p is not None
         for m in outside({"N": plan.N, "D": p.D, "replay": p.replay, "ptpp": plan.ptpp}, rngs)]
     plan.settings["allow_extrapolation"] = bool(allow)
+    if plan.extrapolation:
+        plan.settings["extrapolation_intervals"] = (
+            "a posterior's draws at points beyond its fitted range include its model-discrepancy "
+            "term (rehearsed on its training table; docs/forecasting.md); point fits carry none")
     plan.settings["range_unknown"] = [r for r in ("target", "source") if r not in rngs]
     if plan.extrapolation and not allow:
         raise ExtrapolationError(

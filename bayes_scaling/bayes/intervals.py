@@ -1,0 +1,284 @@
+"""Forecast intervals that widen with extrapolation: the distance of a row from the fitted table,
+the leave-future-out rehearsal on the training table, and the posterior of the discrepancy scale.
+
+The model of a forecast row ``x`` (docs/forecasting.md)::
+
+    log L = log f(theta, x) + noise + delta,     delta ~ N(0, (tau d(x)^p)^2)
+
+``d(x)`` is the extrapolation distance (:func:`extrapolation`; 0 inside the fitted range, so rows
+inside it keep the fitted-noise-only intervals). ``tau`` and ``p`` are estimated from the training
+table alone: for every axis and side a query leaves the fitted range on, the table is cut at 60, 75
+and 85% of that axis' log range, the inner rows are fitted (same law, priors, likelihood and fixed
+values; Laplace) and the held-out outer rows give log residuals ``r`` (observed minus predictive
+median), predictive variances ``v0`` (parameter uncertainty and noise) and distances ``d``. With
+``r ~ N(0, v0 + tau^2 d^(2p))`` and a half-normal prior on ``tau`` (scale :data:`TAU_SCALE`),
+the posterior of ``(p, tau)`` is computed on a grid (:data:`POWERS` x :data:`TAU_GRID`); a
+forecast draws one ``(p, tau)`` per posterior draw from it, a scale mixture of normals.
+"""
+from __future__ import annotations
+
+import re
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+from scipy.spatial import ConvexHull, QhullError
+
+from .. import data as _data
+from .model import theta_s_batch
+from .modes import find_modes
+from .predictive import ParamDraws
+from .spec import data_pytree, make_spec
+
+__all__ = ["CUTS", "POWERS", "TAU_GRID", "TAU_SCALE", "directions", "extrapolation",
+           "fitted_table", "input_columns", "rehearsal_rows", "rehearsal_spec", "sample_scales",
+           "signature_grid", "tau_posterior"]
+
+#: Cut points of a rehearsal: the rows beyond these fractions of an axis' log range are held out.
+CUTS = (0.6, 0.75, 0.85)
+#: Exponents ``p`` of the discrepancy scale ``tau d^p`` (uniform prior over them).
+POWERS = (0.5, 1.0)
+#: Scale of the half-normal prior on ``tau``: the sd of the log-loss error one fitted width
+#: beyond the data; 95% prior mass below 0.2 (a factor ``exp(0.4)`` at two sd).
+TAU_SCALE = 0.1
+#: The grid the posterior of ``tau`` is computed on.
+TAU_GRID = np.linspace(0.0, 2.0, 801)
+REHEARSAL_DRAWS = 400
+#: A row closer than this to the fitted hull (in scaled log units) is inside it.
+HULL_TOL = 1e-9
+
+
+def fitted_table(post) -> pd.DataFrame:
+    """The table a posterior was fitted on (its input columns and ``loss``), from its idata."""
+    cd = post.idata.constant_data
+    return pd.DataFrame({str(k): np.asarray(cd[k]) for k in cd.data_vars})
+
+
+def input_columns(law) -> list[str]:
+    """The columns a law reads (one per variable)."""
+    return [law.column(v) for v in law.variables]
+
+
+def _unit(fitted: pd.DataFrame, df: pd.DataFrame, columns):
+    """``(cols, F, X)``: the columns present in both tables and both tables in log space, scaled
+    so that the fitted range of every column is ``[0, 1]`` (a constant column: width 1)."""
+    cols = [c for c in columns if c in fitted and c in df]
+    F = np.log(np.maximum(fitted[cols].to_numpy(float), 1e-300)).reshape(len(fitted), len(cols))
+    X = np.log(np.maximum(df[cols].to_numpy(float), 1e-300)).reshape(len(df), len(cols))
+    lo, hi = F.min(0, initial=np.inf), F.max(0, initial=-np.inf)
+    width = np.where(hi > lo, hi - lo, 1.0)
+    return cols, (F - lo) / width, (X - lo) / width
+
+
+def _hull_facets(F):
+    """Unit outward normals ``(m, k)`` and offsets ``(m,)`` of the convex hull of the fitted
+    points (``n . x + b <= 0`` inside), over the columns that vary; ``None`` when fewer than two
+    vary or the points span less than their dimension."""
+    vary = F.max(0) > F.min(0)
+    if vary.sum() < 2:
+        return None
+    try:
+        hull = ConvexHull(np.unique(F[:, vary], axis=0))
+    except (QhullError, ValueError):
+        return None
+    normals = np.zeros((len(hull.equations), F.shape[1]))
+    normals[:, vary] = hull.equations[:, :-1]
+    return normals, hull.equations[:, -1]
+
+
+def extrapolation(fitted: pd.DataFrame, df: pd.DataFrame, columns):
+    """Distance of each row of ``df`` from the table ``fitted``, and the direction it leaves in.
+
+    In log space, each column of ``columns`` (:func:`input_columns`) scaled by its fitted width
+    (a column constant in the fit counts in units of 1 in log space). A row outside the fitted
+    box ``[min, max]`` of some column: the Euclidean norm of its distances beyond the box, and the
+    signature lists the columns and sides (``"N+"``, ``"D+,N+"``). A row inside the box but
+    outside the convex hull of the fitted points (e.g. more tokens per parameter than any fitted
+    run, at sizes and token counts each inside their range): its distance beyond the hull facet it
+    violates most, and the signature ``"hull N-0.71 D+0.71"`` names that facet's outward normal.
+    Inside the hull: 0 and ``""``.
+
+    Returns:
+        ``(d, signatures)``: arrays of shape ``(n,)``.
+    """
+    cols, F, X = _unit(fitted, df, columns)
+    beyond = np.maximum(X - 1.0, 0.0) - np.maximum(-X, 0.0)
+    d = np.sqrt((beyond**2).sum(1))
+    sigs = np.array([",".join(sorted(f"{c}{'+' if b > 0 else '-'}" for c, b in zip(cols, row)
+                                     if b != 0)) for row in beyond], dtype=object)
+    facets = _hull_facets(F) if len(df) else None
+    if facets is not None:
+        normals, offsets = facets
+        v = X @ normals.T + offsets
+        best = v.argmax(1)
+        out = (d == 0) & (v.max(1) > HULL_TOL)
+        d = np.where(out, v.max(1), d)
+        for i in np.flatnonzero(out):
+            sigs[i] = "hull " + " ".join(f"{c}{u:+.2f}" for c, u in zip(cols, normals[best[i]])
+                                         if round(u, 2) != 0)
+    return d, sigs
+
+
+def directions(signature: str) -> list[dict]:
+    """The rehearsal directions of a signature of :func:`extrapolation`: one unit vector
+    ``{column: weight}`` per box axis and side (``"D+,N+"``: ``[{"D": 1}, {"N": 1}]``), or the
+    hull facet's normal (``"hull N-0.71 D+0.71"``: ``[{"N": -0.71, "D": 0.71}]``)."""
+    if signature.startswith("hull "):
+        parts = [re.fullmatch(r"(.+?)([+-]\d+\.\d+)", t) for t in signature[5:].split(" ")]
+        return [{m.group(1): float(m.group(2)) for m in parts}]
+    return [{a[:-1]: 1.0 if a[-1] == "+" else -1.0} for a in signature.split(",")]
+
+
+def rehearsal_spec(post):
+    """The posterior's model (law, priors, likelihood, fixed values, sampling coordinates) for
+    the rehearsal refits, and a note when its priors cannot be rebuilt (a loaded posterior with
+    user priors is rehearsed under the default priors). A fitted posterior's own spec is reused,
+    with the programs its fit compiled; a loaded one's is built once (kept in
+    ``settings["_rehearsal_spec"]``, which is not saved)."""
+    if post.spec is not None:
+        return post.spec, ""
+    if "_rehearsal_spec" not in post.settings:
+        s = post.settings
+        kw = dict(likelihood=s["likelihood"], fixed=s.get("fixed") or {}, scale=s.get("scale"),
+                  c=s["c"], student_df=s["student_df"])
+        described = [str(p) for p in (s.get("priors") or {}).values()]
+        note = ""
+        if described and all(p == "flat" for p in described):
+            kw["priors"] = "flat"
+        elif any(p.startswith("user") for p in described):
+            note = "rehearsed under the default priors (user priors are not saved)"
+        post.settings["_rehearsal_spec"] = (make_spec(post.law, **kw), note)
+    return post.settings["_rehearsal_spec"]
+
+
+def _laplace_log_draws(spec, starts, train, test, seed):
+    """Log predictive draws ``(S, m)`` at ``test`` of the Laplace posterior fitted on ``train``:
+    damped Newton from ``starts`` (the full table's modes, ``{name: (k,)}``) to the inner table's
+    mode, then Gaussian draws in the sampling coordinates, as ``fit_posterior(method="laplace")``.
+    """
+    law = spec.law
+    vdf = _data.validate(train, law, min_rows=len(spec.law_names) + 1)
+    data = data_pytree(spec, vdf)
+    u0 = np.atleast_2d(np.asarray(spec.u(starts)))
+    top = find_modes(spec, data, u0, np.arange(len(u0), dtype=float))[0]
+    z = np.random.default_rng(seed).standard_normal((REHEARSAL_DRAWS, len(top.s)))
+    theta = theta_s_batch(spec)(jnp.asarray(top.s + z @ top.chol.T), data["ref"])
+    S = REHEARSAL_DRAWS
+    params = {n: np.asarray(theta[n]) if n in theta else np.full(S, spec.fixed[n])
+              for n in law.param_names}
+    sigma = np.asarray(theta["sigma"]) if "sigma" in theta else np.full(S, spec.scale)
+    draws = ParamDraws(law, params, sigma, spec.likelihood, spec.c, spec.student_df)
+    with np.errstate(all="ignore"):
+        y = np.log(draws.predict_draws(test, "predictive", seed=seed))
+    return np.where(np.isfinite(y), y, np.nan)
+
+
+def _starts(post, spec) -> dict:
+    """The posterior's modes (``post.modes``; else its MAP) as Newton starts for the refits."""
+    names = spec.names
+    m = post.modes
+    if m is not None and len(m) and all(n in m for n in names):
+        return {n: np.asarray(m[n], float) for n in names}
+    return {n: np.array([float(post.map[n])]) for n in names}
+
+
+def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Leave-future-out rehearsal of extrapolating along ``direction`` (``{column: weight}``, in
+    the scaled log space of :func:`extrapolation`; ``{"N": 1}``: beyond the largest ``N``)
+    inside the posterior's own training table.
+
+    The rows are ordered by their projection ``t`` on the direction. For each cut of
+    :data:`CUTS` (at that fraction of the range of ``t``) that leaves at least ``n_free + 3``
+    inner rows with 2 distinct values of ``t``, and at least one outer row, the inner rows are
+    fitted with the posterior's law, priors, likelihood and fixed values by Laplace (from the
+    posterior's own modes), and each outer row gives its log residual ``r`` (observed minus
+    predictive median), predictive variance ``v0`` and distance ``d`` from the inner table.
+
+    Returns:
+        one row per (cut, held-out row): ``row`` (index in the table), ``cut``, ``r``, ``v0``,
+        ``d``. Empty when no cut is possible.
+    """
+    table = fitted_table(post) if table is None else table
+    spec, _ = rehearsal_spec(post)
+    starts = _starts(post, spec)
+    columns = input_columns(post.law)
+    cols, F, _ = _unit(table, table, columns)
+    t = F @ np.array([direction.get(c, 0.0) for c in cols])
+    lo, hi = t.min(), t.max()
+    n_min = len(post.settings["free"]) + 3
+    out, seen = [], set()
+    for q in CUTS:
+        inner = t <= lo + q * (hi - lo) + 1e-12
+        key = tuple(np.flatnonzero(inner))
+        if key in seen or inner.all() or inner.sum() < n_min or len(np.unique(t[inner])) < 2:
+            continue
+        seen.add(key)
+        train, test = table[inner], table[~inner]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y = _laplace_log_draws(spec, starts, train, test, seed=len(seen))
+        d, _ = extrapolation(train, test, columns)
+        r = np.log(np.asarray(test["loss"], float)) - np.nanmedian(y, 0)
+        out.append(pd.DataFrame({"row": np.flatnonzero(~inner), "cut": q, "r": r,
+                                 "v0": np.nanvar(y, 0), "d": d}))
+    cols = ["row", "cut", "r", "v0", "d"]
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=cols)
+
+
+def tau_posterior(rows: pd.DataFrame) -> dict:
+    """The grid posterior of ``(p, tau)`` from rehearsal rows (``r``, ``v0``, ``d``, ``row``).
+
+    Log posterior: ``sum_i w_i log N(r_i; 0, v0_i + tau^2 d_i^(2p)) - tau^2 / (2 TAU_SCALE^2)``,
+    ``p`` uniform over :data:`POWERS`. A training row held out by several nested cuts enters with
+    weight ``w_i = 1 / (times it is held out)``, so each row counts once in all. With no rows, the
+    prior. Returns ``{"p": [...], "tau": [...], "w": [...]}`` over the grid points of non-negligible
+    weight (JSON-serialisable), plus ``n_rows`` (distinct training rows used).
+    """
+    ok = np.isfinite(rows["r"]) & np.isfinite(rows["v0"]) if len(rows) else np.array([], bool)
+    rows = rows[ok]
+    w = 1.0 / rows.groupby("row")["row"].transform("count").to_numpy(float) if len(rows) else []
+    r2, v0, d = (rows[k].to_numpy(float) for k in ("r", "v0", "d")) if len(rows) else ([],) * 3
+    r2 = np.asarray(r2) ** 2
+    logp, ps, taus = [], [], []
+    for p in POWERS:
+        s2 = (TAU_GRID[:, None] * np.asarray(d)[None, :] ** p) ** 2
+        var = np.asarray(v0)[None, :] + s2
+        ll = np.sum(np.asarray(w) * (-0.5 * np.log(var) - 0.5 * r2 / var), 1) if len(rows) else 0.0
+        logp.append(ll - 0.5 * (TAU_GRID / TAU_SCALE) ** 2)
+        ps.append(np.full(TAU_GRID.size, p))
+        taus.append(TAU_GRID)
+    logp, ps, taus = np.concatenate(logp), np.concatenate(ps), np.concatenate(taus)
+    wt = np.exp(logp - logp.max())
+    wt /= wt.sum()
+    keep = wt > 1e-9
+    wt = wt[keep] / wt[keep].sum()
+    return {"p": ps[keep].tolist(), "tau": taus[keep].tolist(), "w": wt.tolist(),
+            "n_rows": int(rows["row"].nunique()) if len(rows) else 0}
+
+
+def sample_scales(grid: dict, d: np.ndarray, n_draws: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """``(S, n)`` discrepancy scales ``tau_s d^p_s`` for rows at distances ``d``, one ``(p, tau)``
+    per draw from the grid posterior, and the ``(S,)`` taus drawn."""
+    i = rng.choice(len(grid["w"]), size=n_draws, p=np.asarray(grid["w"]))
+    tau, p = np.asarray(grid["tau"])[i], np.asarray(grid["p"])[i]
+    return tau[:, None] * np.asarray(d)[None, :] ** p[:, None], tau
+
+
+def signature_grid(post, signature: str) -> dict:
+    """The grid posterior of ``(p, tau)`` for rows leaving the fitted range along ``signature``
+    (:func:`extrapolation`): rehearsal rows pooled over its directions, cached in
+    ``post.settings["discrepancy_grid"]`` (saved with the posterior). ``basis`` says what it rests
+    on (the rehearsal's rows, or the prior alone when no cut was possible)."""
+    cache = post.settings.setdefault("discrepancy_grid", {})
+    if signature not in cache:
+        table = fitted_table(post)
+        parts = [rehearsal_rows(post, u, table) for u in directions(signature)]
+        grid = tau_posterior(pd.concat(parts, ignore_index=True))
+        _, note = rehearsal_spec(post)
+        grid["basis"] = (f"rehearsal on {grid['n_rows']} training rows beyond cuts along "
+                         f"{signature}" if grid["n_rows"] else
+                         f"tau prior only: no rehearsal cut possible along {signature}")
+        grid["basis"] += f"; {note}" if note else ""
+        cache[signature] = grid
+    return cache[signature]

@@ -1,0 +1,172 @@
+"""Default forecast intervals: exact inside the fitted range, widened by a rehearsed model
+discrepancy beyond it (bayes_scaling.bayes.intervals), and refused for unconverged posteriors."""
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayes_scaling as bs
+from bayes_scaling.bayes import forecast_summary
+from bayes_scaling.errors import ConvergenceError
+
+LAW = bs.laws.get("chinchilla")
+TRUE = LAW.example  # A, B, E, alpha, beta of the Chinchilla paper (Hoffmann et al. 2022)
+SIGMA = 0.01
+
+
+def chinchilla(df):
+    x = LAW.inputs(df.assign(loss=1.0))
+    return np.asarray(LAW.fn({k: jnp.asarray(v) for k, v in TRUE.items()}, x))
+
+
+def curved(df):
+    """Chinchilla with extra curvature in log N: the model term's exponent shrinks with size, so a
+    Chinchilla fit on small models extrapolates too optimistically."""
+    n = np.log(np.asarray(df["N"], float) / 1e7)
+    return chinchilla(df) * np.exp(0.006 * n**2)
+
+
+def grid(N, ratios):
+    N = np.repeat(np.asarray(N, float), len(ratios))
+    return pd.DataFrame({"N": N, "D": N * np.tile(ratios, len(N) // len(ratios))})
+
+
+TRAIN = grid(np.geomspace(1e7, 3e8, 8), [10, 20, 40, 80])
+INSIDE = grid(np.geomspace(1.2e7, 2.5e8, 5), [12, 25, 50, 70])
+BEYOND = grid(np.geomspace(5e8, 2e9, 4), [20, 40, 80, 160])
+
+
+def noisy(df, truth, rng):
+    return df.assign(loss=truth(df) * np.exp(SIGMA * rng.standard_normal(len(df))))
+
+
+def fit(df, seed=0):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return bs.fit_posterior("chinchilla", df, method="laplace", likelihood="normal",
+                                seed=seed, progress_bar=False)
+
+
+def covers(fc, df):
+    y = np.asarray(df["loss"])
+    return (y >= fc["lower"].to_numpy()) & (y <= fc["upper"].to_numpy())
+
+
+@pytest.fixture(scope="module")
+def right():
+    """Two replicate tables from the true law; their posteriors and forecast tables."""
+    out = []
+    for seed in range(2):
+        rng = np.random.default_rng(seed)
+        post = fit(noisy(TRAIN, chinchilla, rng), seed)
+        out.append((post, noisy(INSIDE, chinchilla, rng), noisy(BEYOND, chinchilla, rng)))
+    return out
+
+
+def test_inside_the_range_intervals_are_todays(right):
+    for post, inside, _ in right:
+        auto, off = post.forecast(inside), post.forecast(inside, discrepancy="off")
+        for col in ("mean", "median", "lower", "upper", "sd"):
+            np.testing.assert_array_equal(auto[col], off[col])
+        assert (auto["extrapolation"] == 0).all() and not auto["extrapolated"].any()
+        assert (auto["discrepancy_tau"] == 0).all()
+        assert "discrepancy_grid" not in post.settings or not post.settings["discrepancy_grid"]
+    cover = np.concatenate([covers(p.forecast(i), i) for p, i, _ in right])
+    assert 0.7 <= cover.mean() <= 1.0  # the fitted posterior alone (Laplace, 40 rows)
+
+
+def test_sharp_and_calibrated_where_the_law_is_right(right):
+    cover, ratio = [], []
+    for post, _, beyond in right:
+        auto, off = post.forecast(beyond), post.forecast(beyond, discrepancy=0)
+        assert (auto["extrapolation"] > 0).all() and auto["extrapolated"].all()
+        assert (auto["discrepancy_tau"] > 0).all()
+        assert auto["discrepancy_basis"].str.startswith("rehearsal on").all()
+        cover.append(covers(auto, beyond))
+        ratio.append(((auto["upper"] - auto["lower"]) / (off["upper"] - off["lower"])).mean())
+    cover = np.concatenate(cover)
+    assert cover.mean() >= 0.8, cover.mean()
+    # widened, but not blown up: the law is right, so the rehearsal finds little to add
+    assert 1.0 < np.mean(ratio) < 2.5, ratio
+
+
+def test_distance_and_flag_columns(right):
+    post, inside, beyond = right[0]
+    rows = pd.concat([inside.iloc[:2], beyond.iloc[:2]], ignore_index=True)
+    fc = post.forecast(rows)
+    d = bs.bayes.extrapolation_distance(post, rows)
+    np.testing.assert_allclose(fc["extrapolation"], d)
+    assert list(fc["extrapolated"]) == [False, False, True, True]
+    # N = 5e8 against a fitted [1e7, 3e8]: log(5e8 / 3e8) / log(30) beyond the range on N alone
+    np.testing.assert_allclose(d[2], np.log(5e8 / 3e8) / np.log(30), rtol=1e-12)
+    assert (fc["posterior_status"] == "ok").all()
+    line = forecast_summary(fc)
+    assert line.startswith("2 of 4 rows extrapolate, up to d = ")
+    assert "model-discrepancy term estimated by rehearsal" in line
+
+
+def test_inside_the_box_but_beyond_the_fitted_tokens_per_parameter(right):
+    """N and D each inside their fitted ranges, D/N = 200 beyond every fitted run's 80."""
+    post, _, _ = right[0]
+    row = pd.DataFrame({"N": [2e7], "D": [200 * 2e7]})
+    fc = post.forecast(row)
+    assert fc["extrapolated"].all() and fc["extrapolation"].iloc[0] > 0
+    basis = fc["discrepancy_basis"].iloc[0]
+    assert basis.startswith("rehearsal on") and "along hull N-" in basis and "D+" in basis
+    assert fc["upper"].iloc[0] > post.forecast(row, discrepancy="off")["upper"].iloc[0]
+
+
+def test_recovers_where_the_law_is_wrong():
+    off_cover, auto_cover = [], []
+    for seed in range(2):
+        rng = np.random.default_rng(seed)
+        post = fit(noisy(TRAIN, curved, rng), seed)
+        noisy(INSIDE, curved, rng)  # the same noise draws as the replicates of the right law
+        beyond = noisy(BEYOND, curved, rng)
+        off_cover.append(covers(post.forecast(beyond, discrepancy="off"), beyond))
+        auto_cover.append(covers(post.forecast(beyond), beyond))
+    assert np.concatenate(off_cover).mean() < 0.5
+    assert np.concatenate(auto_cover).mean() >= 0.8
+
+
+def test_save_and_load_keep_the_cached_discrepancy(right, tmp_path):
+    post, _, beyond = right[0]
+    fc = post.forecast(beyond)
+    post.save(tmp_path / "p.nc")
+    loaded = bs.load_posterior(tmp_path / "p.nc")
+    assert loaded.settings["discrepancy_grid"] == post.settings["discrepancy_grid"]
+    again = loaded.forecast(beyond)
+    pd.testing.assert_frame_equal(again, fc)
+    # rebuilt from the saved table alone, the rehearsal gives the same grid posterior
+    grid = loaded.settings.pop("discrepancy_grid")
+    loaded.forecast(beyond)
+    rebuilt = loaded.settings["discrepancy_grid"]
+    assert rebuilt
+    for sig, g in rebuilt.items():
+        assert g["n_rows"] == grid[sig]["n_rows"]
+        mean_tau = np.dot(g["w"], g["tau"])
+        np.testing.assert_allclose(mean_tau, np.dot(grid[sig]["w"], grid[sig]["tau"]), rtol=0.2)
+
+
+def test_unconverged_posterior_raises_unless_allowed():
+    df = noisy(TRAIN, chinchilla, np.random.default_rng(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        post = bs.fit_posterior("chinchilla", df, num_chains=2, num_warmup=10, num_samples=10,
+                                progress_bar=False, chain_method="sequential")
+    assert not post.ok
+    with pytest.raises(ConvergenceError, match="allow_unconverged=True"):
+        post.forecast(INSIDE)
+    with pytest.raises(ConvergenceError):
+        post.predict_draws(INSIDE)
+    with pytest.raises(ConvergenceError):
+        post.coverage(df)
+    with pytest.warns(bs.ConvergenceWarning):
+        fc = post.forecast(INSIDE, allow_unconverged=True)
+    assert (fc["posterior_status"] == "NOT CONVERGED").all()
+    assert forecast_summary(fc).endswith("posterior NOT CONVERGED")
+    post.settings["allow_unconverged"] = True  # as stored by fit_posterior(allow_unconverged=True)
+    with pytest.warns(bs.ConvergenceWarning):
+        assert post.predict_draws(INSIDE).shape == (20, len(INSIDE))
