@@ -543,6 +543,13 @@ def summarise(units, variants, method, command, seconds=None) -> str:
     if seconds is not None:
         lines += [f"Run time of this invocation: {seconds / 60:.1f} min.", ""]
     lines += ["## Goals (issue 16)", ""]
+    both = paired(rows)
+    if len(both) and len(both) < len(rows):
+        n_units = both.groupby(["dataset", "split", "law"]).ngroups
+        lines += [f"On the {n_units} units scored by both predictives:", ""]
+        for v in variants:
+            lines += goal_lines(both, v)
+        lines += ["", "On every unit each predictive has scored:", ""]
     for v in variants:
         lines += goal_lines(rows, v) if len(rows) else []
     lines += ["", "## Pooled over every held-out row", "",
@@ -554,10 +561,10 @@ def summarise(units, variants, method, command, seconds=None) -> str:
               "Datasets weighted equally (mean of the per-dataset coverages): "
               + "; ".join(f"{v}: 50% {_pct(g['cov50'].mean())}, 90% {_pct(g['cov90'].mean())}"
                           for v, g in pooled(rows, "dataset").groupby("variant", sort=False)),
-              "", ("Figures: `calibration.png` (nominal vs empirical central coverage, pooled and "
-                   "per dataset), `pit.png` (PIT histogram; flat = calibrated, U = too narrow)."),
+              "", ("Figures (on the units every predictive scored): `calibration.png` (nominal "
+                   "vs empirical central coverage, pooled and per dataset), `pit.png` (PIT "
+                   "histogram; flat = calibrated, U = too narrow)."),
               ""]
-    both = paired(rows)
     if len(both) and len(both) < len(rows):
         lines += ["## Before and after on the units scored by both", "",
                   score_table(pooled(both), ["variant"]), "",
@@ -578,9 +585,10 @@ def summarise(units, variants, method, command, seconds=None) -> str:
                   "they are scored as they are (a forecast is what a user would get). Fit time: "
                   f"median {ok['fit_seconds'].median():.0f} s, total "
                   f"{ok['fit_seconds'].sum() / 60:.0f} min over the cached units."), ""]
-    if len(rows):
-        fig_calibration(rows, OUT / "calibration.png")
-        fig_pit(rows, OUT / "pit.png")
+    if len(rows):  # the figures compare like with like: the units both predictives scored
+        shown = both if len(both) else rows
+        fig_calibration(shown, OUT / "calibration.png")
+        fig_pit(shown, OUT / "pit.png")
     text = "\n".join(lines)
     (OUT / "summary.md").write_text(text)
     return text
