@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import os
 import sys
@@ -251,11 +250,6 @@ def interval_version() -> str:
     return h.hexdigest()[:10]
 
 
-def has_default_intervals() -> bool:
-    """Whether the package's default predictive includes the extrapolation discrepancy."""
-    return importlib.util.find_spec("bayes_scaling.bayes.intervals") is not None
-
-
 def cache_dir(variant: str, method: str) -> Path:
     tag = "v1" if variant == "before" else interval_version()
     return CACHE / method / f"{variant}-{tag}"
@@ -276,7 +270,8 @@ def predictive(post, test, variant) -> np.ndarray:
     """Predictive draws ``(S, n)`` of the held-out rows: ``before`` with the discrepancy off,
     ``after`` with the package's default."""
     kw = {"discrepancy": 0.0} if variant == "before" else {}
-    return np.asarray(post.predict_draws(test, "predictive", **kw), float)
+    return np.asarray(post.predict_draws(test, "predictive", allow_unconverged=True, **kw),
+                      float)
 
 
 def fit_unit(job) -> list[tuple[dict, pd.DataFrame | None]]:
@@ -327,6 +322,13 @@ def fit_unit(job) -> list[tuple[dict, pd.DataFrame | None]]:
             continue
         ok = np.all(np.isfinite(draws), 1)
         meta.update(predict_seconds=time.perf_counter() - t1, dropped_draws=int((~ok).sum()))
+        if v == "after":  # how far the rows extrapolate and the discrepancy scale they got
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fc = post.forecast(unit.test, allow_unconverged=True)
+            meta.update(extrapolated=float(fc["extrapolated"].mean()),
+                        max_distance=float(fc["extrapolation"].max()),
+                        tau_median=float(fc["discrepancy_tau"].median()))
         if not ok.any():
             out.append(({**meta, "status": "failed",
                          "reason": "every predictive draw is non-finite"}, None))
@@ -411,7 +413,8 @@ def scores(r: pd.DataFrame) -> dict:
     for lv in LEVELS:
         p = round(100 * lv)
         out[f"cov{p}"] = float(np.mean((r["y"] >= r[f"lo{p}"]) & (r["y"] <= r[f"hi{p}"])))
-    out["width90_rel"] = float(np.mean((r["hi90"] - r["lo90"]) / r["y"]))
+    w = (r["hi90"] - r["lo90"]) / r["y"]
+    out["width90_rel"], out["width90_median"] = float(np.mean(w)), float(np.median(w))
     out["crps"] = float(np.mean(r["crps"]))
     return out
 
@@ -420,6 +423,16 @@ def calibration(r: pd.DataFrame) -> np.ndarray:
     """Share of rows inside the central interval of each nominal level of :data:`CURVE`."""
     dev = np.abs(r["pit"].to_numpy() - 0.5)
     return np.array([np.mean(dev <= p / 2) for p in CURVE])
+
+
+def paired(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the (dataset, split, law) units that every variant present has scored."""
+    if rows.empty:
+        return rows
+    unit = ["dataset", "split", "law"]
+    n = rows.groupby(unit)["variant"].nunique()
+    keep = n[n == rows["variant"].nunique()].index
+    return rows.set_index(unit).loc[lambda t: t.index.isin(keep)].reset_index()
 
 
 def pooled(rows: pd.DataFrame, by=None) -> pd.DataFrame:
@@ -470,14 +483,19 @@ def _pct(x) -> str:
 
 
 def score_table(t: pd.DataFrame, keys) -> str:
-    cols = keys + ["rows"] + [f"cov{round(100 * lv)}" for lv in LEVELS] + ["width90_rel", "crps"]
+    cols = keys + ["rows"] + [f"cov{round(100 * lv)}" for lv in LEVELS] + [
+        "width90_rel", "width90_median", "crps"]
     t = t[cols].copy()
+    t["rows"] = t["rows"].astype(int)
     for c in cols:
-        if c.startswith("cov") or c == "width90_rel":
-            t[c] = t[c].map(_pct if c.startswith("cov") else (lambda x: f"{100 * x:.1f}%"))
+        if c.startswith("cov"):
+            t[c] = t[c].map(_pct)
+        elif c.startswith("width"):
+            t[c] = t[c].map(lambda x: f"{100 * x:.1f}%")
         elif c == "crps":
-            t[c] = t[c].map(lambda x: f"{x:.4f}")
-    return ev.markdown_table(t.rename(columns={"width90_rel": "90% width / y"}))
+            t[c] = t[c].map(lambda x: f"{x:.4g}")
+    return ev.markdown_table(t.rename(columns={"width90_rel": "mean 90% width / y",
+                                               "width90_median": "median 90% width / y"}))
 
 
 def goal_lines(rows: pd.DataFrame, variant: str) -> list[str]:
@@ -511,12 +529,27 @@ def summarise(units, variants, method, command, seconds=None) -> str:
                 "Laplace approximation (`method=\"laplace\"`, 4000 draws; `--nuts` for NUTS)")
              + ", fitted on each split's training side only; scores on its held-out side. "
              "`before`: the posterior predictive with `discrepancy=0` (fitted noise only); "
-             "`after`: the default predictive (`discrepancy=\"auto\"`)."
-             + ("" if "after" in set(meta["variant"]) else
-                " The `after` column is not available from the installed package yet."), ""]
+             "`after`: the default predictive (`discrepancy=\"auto\"`: a model-discrepancy "
+             "term beyond the fitted range, its scale from a leave-future-out rehearsal on the "
+             "training side; docs/forecasting.md). Interval method version of `after`: "
+             f"`{interval_version()}`.", ""]
+    for v in variants:
+        m = meta[meta["variant"] == v]
+        counts = m["status"].value_counts()
+        lines.append(f"- `{v}`: {len(units)} units (dataset, split, law); "
+                     + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("ok", "skipped", "failed"))
+                     + f", {len(units) - len(m)} not run yet")
+    lines.append("")
     if seconds is not None:
         lines += [f"Run time of this invocation: {seconds / 60:.1f} min.", ""]
     lines += ["## Goals (issue 16)", ""]
+    both = paired(rows)
+    if len(both) and len(both) < len(rows):
+        n_units = both.groupby(["dataset", "split", "law"]).ngroups
+        lines += [f"On the {n_units} units scored by both predictives:", ""]
+        for v in variants:
+            lines += goal_lines(both, v)
+        lines += ["", "On every unit each predictive has scored:", ""]
     for v in variants:
         lines += goal_lines(rows, v) if len(rows) else []
     lines += ["", "## Pooled over every held-out row", "",
@@ -528,10 +561,17 @@ def summarise(units, variants, method, command, seconds=None) -> str:
               "Datasets weighted equally (mean of the per-dataset coverages): "
               + "; ".join(f"{v}: 50% {_pct(g['cov50'].mean())}, 90% {_pct(g['cov90'].mean())}"
                           for v, g in pooled(rows, "dataset").groupby("variant", sort=False)),
-              "", ("Figures: `calibration.png` (nominal vs empirical central coverage, pooled and "
-                   "per dataset), `pit.png` (PIT histogram; flat = calibrated, U = too narrow)."),
-              "",
-              "## Per dataset, split and law", ""]
+              "", ("Figures (on the units every predictive scored): `calibration.png` (nominal "
+                   "vs empirical central coverage, pooled and per dataset), `pit.png` (PIT "
+                   "histogram; flat = calibrated, U = too narrow)."),
+              ""]
+    if len(both) and len(both) < len(rows):
+        lines += ["## Before and after on the units scored by both", "",
+                  score_table(pooled(both), ["variant"]), "",
+                  score_table(pooled(both, "dataset").sort_values(["dataset", "variant"],
+                                                                  kind="stable"),
+                              ["dataset", "variant"]), ""]
+    lines += ["## Per dataset, split and law", ""]
     ok = meta[meta["status"] == "ok"].copy()
     lines += [score_table(ok, ["dataset", "split", "law", "variant"]), ""]
     bad = meta[meta["status"] != "ok"]
@@ -545,9 +585,10 @@ def summarise(units, variants, method, command, seconds=None) -> str:
                   "they are scored as they are (a forecast is what a user would get). Fit time: "
                   f"median {ok['fit_seconds'].median():.0f} s, total "
                   f"{ok['fit_seconds'].sum() / 60:.0f} min over the cached units."), ""]
-    if len(rows):
-        fig_calibration(rows, OUT / "calibration.png")
-        fig_pit(rows, OUT / "pit.png")
+    if len(rows):  # the figures compare like with like: the units both predictives scored
+        shown = both if len(both) else rows
+        fig_calibration(shown, OUT / "calibration.png")
+        fig_pit(shown, OUT / "pit.png")
     text = "\n".join(lines)
     (OUT / "summary.md").write_text(text)
     return text
@@ -560,19 +601,13 @@ def main(argv=None) -> int:
     ap.add_argument("--executor", choices=("serial", "local", "ray"), default="serial")
     ap.add_argument("--workers", type=int, default=2, help="processes of the local pool")
     ap.add_argument("--ray-address", help="Ray cluster to join ('auto'); none: start one here")
-    ap.add_argument("--variants", default="before,after",
-                    help="predictives to score (after: only when the package has the default "
-                         "intervals)")
+    ap.add_argument("--variants", default="before,after", help="predictives to score")
     ap.add_argument("--only", nargs="*", help="datasets to run (e.g. epoch bible_m3)")
     ap.add_argument("--summary", action="store_true", help="tables and figures from the cache")
     a = ap.parse_args(argv)
     t0 = time.time()
     method = "nuts" if a.nuts else "laplace"
     variants = [v for v in a.variants.split(",") if v in VARIANTS]
-    if "after" in variants and not has_default_intervals():
-        print("the installed package has no default extrapolation intervals: "
-              "scoring `before` only", file=sys.stderr)
-        variants.remove("after")
     units = all_units(quick=a.quick)
     if a.only:
         units = [u for u in units if u.dataset.split("/")[0] in a.only]
