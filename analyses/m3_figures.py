@@ -3,7 +3,7 @@ target- against helper-language loss.
 
     python analyses/m3_figures.py                    # every section below
     python analyses/m3_figures.py --only kstar       # one section: kstar, table16, fig2, fig5,
-                                                     # fig7, pareto
+                                                     # fig6, fig7, pareto
 
 Akimoto et al., *M3 Scaling Law* (arXiv 2410.12325); the sections of ``analyses/m3_paper.py``
 (Table 2, Table 13, Figures 1, 3, 12) are not repeated here. Each section writes its figure(s)
@@ -20,6 +20,8 @@ and a short .md of the numbers plotted to ``analyses/out/m3_paper/`` (the Pareto
 - ``fig2``: Figure 2 (Sec. 3.2): M-hat' inverted from each monolingual run, and R_M* refitted per
   k with bootstrap intervals and the Eq. 7 curve a/(k-1)^b + c.
 - ``fig5``: Figure 5 (App. D.3): free h-hat(k) per k against h (Eq. 4) and h_Lp (Eq. 20).
+- ``fig6``: Figure 6 (App. D.3): k* predicted with h_Lp against h, from ``m3_hlp`` and ``m3``
+  fitted on each pair, beside the empirical k*.
 - ``fig7``: Figure 7 (App. D.5.1): per-(k, r) g (case A) and R_M* (case B) on 1-stage data, with
   Eq. 23 fitted to case B.
 - ``pareto``: recipes trading the target's loss against the helper's (M3 Sec. 7's future work;
@@ -53,8 +55,8 @@ from bayes_scaling.laws.m3 import (  # noqa: E402
 from bayes_scaling.objective import huber  # noqa: E402
 from bayes_scaling.plan.pareto import helper_columns, helper_law, pareto_front  # noqa: E402
 from m3_common import (  # noqa: E402
-    AXES, DELTA, PAIRS, PAPER_AVG, PAPER_NP, PAPER_STARTS, SETTINGS, SHORT, load_table,
-    make_fitter, md_table, phase1_mask, setting_rows, table2)
+    AXES, DELTA, PAIRS, PAPER_AVG, PAPER_NP, PAPER_STARTS, SETTINGS, SHORT, fit, grid_consts,
+    load_table, make_fitter, md_table, phase1_mask, setting_rows, table2)
 from m3_paper import per_split, r2_table, split_status  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -667,6 +669,81 @@ def fig7_section(df, out, n_starts, seed, pairs) -> list[str]:
 
 
 # ==================================================================================================
+# Figure 6 (App. D.3): k* under h_Lp against k* under h
+
+
+def fig6_data(df, pair, n_starts, seed, step=0.25):
+    """k* of multi 1-stage and multi 2-stage predicted by ``m3`` (h, Eq. 4) and ``m3_hlp`` (h_Lp,
+    Eq. 20), each fitted (two-phase, as Table 13) on every 1- and 2-stage run of the pair, at each
+    f_C with runs and f_D on a fine grid over ours (``bs.plan.recipe_grid``, M within our models'
+    range)."""
+    C0, DT0, _ = grid_consts()
+    rows = df[(df["pair"] == pair) & (df["n_stages"] <= 2)]
+    fcs = np.array(sorted(rows["f_C"].unique()), float)
+    fds = np.arange(rows["f_D"].min() - 1, rows["f_D"].max() + 1 + 1e-9, step)
+    FC, FD = np.meshgrid(fcs, fds, indexing="ij")
+    out, fits = [], {}
+    for label in ("M3", "M3 h_Lp"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fits[label] = fit(label, rows, n_starts=n_starts, seed=seed)
+        g = bs.plan.recipe_grid(fits[label], C=C0 * 2.0 ** FC.ravel(), D_T=DT0 * 2.0 ** FD.ravel(),
+                                approaches=("multi_1stage", "multi_2stage"),
+                                M_bounds=(rows["M"].min(), rows["M"].max()))
+        g["f_C"] = np.log2(g["C"] / C0).round(6)
+        g["f_D"] = np.log2(g["D_T"] / DT0)
+        out.append(g.assign(law=label, pair=pair))
+    return pd.concat(out, ignore_index=True), fits
+
+
+def fig6_section(df, out, n_starts, seed, pairs) -> list[str]:
+    ks = empirical_kstar(df)
+    data = {p: fig6_data(df, p, n_starts, seed) for p in pairs}
+    fig, axes = plt.subplots(2, len(pairs), figsize=(5.6 * len(pairs), 7.6), squeeze=False,
+                             constrained_layout=True)
+    cmap = plt.get_cmap("plasma")
+    summary = []
+    for j, (pair, (g, fits)) in enumerate(data.items()):
+        for i, ap in enumerate(("multi_1stage", "multi_2stage")):
+            ax = axes[i][j]
+            for fc, gg in g[g["approach"] == ap].groupby("f_C"):
+                c = cmap((fc + 4) / 5)
+                for law, ls in (("M3", ":"), ("M3 h_Lp", "--")):
+                    s = gg[gg["law"] == law].sort_values("D_T")
+                    ax.plot(s["D_T"], s["k"], ls, color=c,
+                            label=f"f_C={fc:g} ({'h' if law == 'M3' else 'h_Lp'})")
+                    jumps = np.abs(np.diff(np.log2(s["k"].to_numpy())))
+                    summary.append({"pair": pair, "approach": ap, "f_C": fc, "law": law,
+                                    "k* range": f"{s['k'].min():.3g}..{s['k'].max():.3g}",
+                                    "largest step in log2 k* per 1/4 f_D": float(jumps.max())})
+                e = ks[(ks["pair"] == pair) & (ks["approach"] == ap) & (ks["f_C"] == fc)]
+                ax.plot(e["D_T"], e["k* (quadratic)"], "o", color=c)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log", base=2)
+            ax.set_title(f"{pair}: {SHORT[ap]}")
+            ax.set_xlabel("D_T (tokens)")
+            ax.set_ylabel("k*")
+        axes[0][j].legend(fontsize=6, ncol=2)
+    fig.suptitle("M3 Figure 6 on bible_m3: k* predicted with h_Lp (dashed) and h (dotted); "
+                 "points: empirical k*")
+    fig.savefig(out / "fig6_kstar_hlp.png", dpi=110)
+    plt.close(fig)
+    params = pd.DataFrame({f"{pair} {lab}": pd.Series({k: float(v) for k, v in
+                                                      f.params.items()})
+                           for pair, (_, fits) in data.items() for lab, f in fits.items()})
+    return ["## Figure 6: k* under h_Lp (App. D.3, Eq. 20)", "",
+            "`m3` (h, Eq. 4) and `m3_hlp` (h_Lp, Eq. 20) fitted two-phase on every 1- and 2-stage "
+            "run of each pair (as Table 13), k* of multi 1-stage and multi 2-stage from "
+            "`bs.plan.recipe_grid` (M within our models' range) at each f_C with runs on a "
+            "1/4-step f_D grid; points: the empirical k* of `empirical_optima.md`. The paper's "
+            "point: h_Lp's sharp knee makes k* plateau and jump; the last column measures the "
+            "largest jump.", "",
+            md_table(pd.DataFrame(summary), 3), "", "Fitted parameters:", "",
+            md_table(params.reset_index().rename(columns={"index": "parameter"}), 4), "",
+            "![Figure 6](fig6_kstar_hlp.png)", ""]
+
+
+# ==================================================================================================
 # Pareto front: target against helper loss (M3 Sec. 7 future work; bs.plan.pareto)
 
 
@@ -719,7 +796,7 @@ def pareto_section(df, out, pairs, seed, probs=(0.5, 0.9), n_limits=12) -> list[
                f"cell's runs.", ""]
         for j, p in enumerate(probs):
             front = pareto_front(tgt, hlp, C=C, D_T=D_T, helper_limits=limits, prob=p,
-                                 M_bounds=(d["M"].min(), d["M"].max()), max_draws=200)
+                                 M_bounds=(d["M"].min(), d["M"].max()), max_draws=100)
             front.to_csv(out / f"pareto_{pair}_p{int(100 * p)}.csv", index=False)
             ok = front[front["feasible"]]
             ax.plot(ok["helper_limit"], ok["target_loss"], "o-", color=f"C{j}",
@@ -746,9 +823,10 @@ def pareto_section(df, out, pairs, seed, probs=(0.5, 0.9), n_limits=12) -> list[
 # ==================================================================================================
 
 
-SECTIONS = ("kstar", "table16", "fig2", "fig5", "fig7", "pareto")
+SECTIONS = ("kstar", "table16", "fig2", "fig5", "fig6", "fig7", "pareto")
 FILES = {"kstar": "empirical_optima.md", "table16": "table16_kr_routes.md",
          "fig2": "fig2_effective_model_size.md", "fig5": "fig5_data_multiplier.md",
+         "fig6": "fig6_kstar_hlp.md",
          "fig7": "fig7_per_kr_g_rmstar.md", "pareto": "pareto_front.md"}
 
 
@@ -777,6 +855,7 @@ def main(argv=None):
               "table16": lambda: table16_section(df, args.n_starts, args.seed),
               "fig2": lambda: fig2_section(df, out, args.n_starts, args.seed, pairs),
               "fig5": lambda: fig5_section(df, out, args.n_starts, args.seed, pairs),
+              "fig6": lambda: fig6_section(df, out, args.n_starts, args.seed, pairs),
               "fig7": lambda: fig7_section(df, out, args.n_starts, args.seed, pairs),
               "pareto": lambda: pareto_section(df, out_r, pairs, args.seed)}[sec]()
         text = "\n".join([f"Generated by: `{cmd}` (section `{sec}`, {time.time() - t0:.0f} s)",

@@ -34,7 +34,8 @@ def case():
 
 
 def _table(M, D, k, r, r_f, two_stage):
-    """Loss-table rows of recipes (k < 1: one pass over a k D_T subset, as the optimiser reads it)."""
+    """Loss-table rows of recipes (k < 1: one pass over a k D_T subset, as the optimiser
+    reads it)."""
     k = np.asarray(k, float)
     return pd.DataFrame({"M": M, "D": D, "D_T": D_T * np.minimum(k, 1.0), "k": np.maximum(k, 1.0),
                          "r": r, "r_f": r_f, "r1": np.zeros_like(k) if two_stage else r,

@@ -29,7 +29,8 @@ import pandas as pd
 
 from ..bayes.predictive import ParamDraws, as_draws, law_inputs, order_statistic
 from ..errors import BayesScalingError
-from ..laws import Law, get as get_law
+from ..laws import Law
+from ..laws import get as get_law
 from .recipe import pattern_search, recipe_columns, search_box
 
 __all__ = ["HELPER_FLOOR", "helper_columns", "helper_law", "pareto_front"]
@@ -77,7 +78,8 @@ def _losses(draws: ParamDraws, cols: dict, where: str) -> jnp.ndarray:
 
 
 def _quantiles(target, helper, C, D_T, approach, u, p, M_bounds):
-    """q_p of the target and the helper loss at decision vectors ``u`` (..., d): two arrays (...)."""
+    """q_p of the target and the helper loss at decision vectors ``u`` (..., d), the losses of
+    every draw and the recipe columns."""
     cols = helper_columns(recipe_columns(jnp.asarray(u), approach, C, D_T))
     Lt = np.asarray(_losses(target, cols, "a Pareto recipe (target law)"), float)
     Lh = np.asarray(_losses(helper, cols, "a Pareto recipe (helper law)"), float)
@@ -146,7 +148,7 @@ def pareto_front(target, helper, *, C: float, D_T: float, helper_limits, prob: f
         lo, hi = search_box(ap, k_bounds, r_bounds)
         g0, g, n_zoom = _GRID[lo.size]
 
-        def fun(u):  # (B, P, d) -> (B, P): q_p(target) where q_p(helper) <= limit, else inf
+        def fun(u, ap=ap):  # (B, P, d) -> (B, P): q_p(target) where q_p(helper) <= limit
             qt, qh, _, _, cols = _quantiles(t, h, C, D_T, ap, u, prob, mb)
             k, r = np.asarray(cols["k_nominal"]), np.asarray(cols["r"])
             out = ((k < k_lo * (1 - 1e-12)) | (k > k_hi * (1 + 1e-12))
