@@ -452,9 +452,13 @@ def fig2_section(df, out, n_starts, seed, pairs) -> list[str]:
           "per-k values not at the grid's edge.", ""]
     for pair, r in results.items():
         e = r["eq7"]
+        far = float(np.nanmedian(r["points"]["log2 M/U_M"]))
         md += [f"**{pair}**: R_D* = {r['RD_star']:.4g}, global R_M* = {r['RM_star']:.4g}; Eq. 7: "
                + (f"a = {e['a']:.4g}, b = {e['b']:.4g}, c = {e['c']:.4g}" if e else
-                  "not fitted (fewer than 3 interior per-k values)") + ".", "",
+                  "not fitted (fewer than 3 interior per-k values)") + "."
+               + (f" **Caution**: the base puts U_M a median 2^{far:.0f} below our models (its "
+                  "alpha near the bound, as in Table 13), so M-hat' and R_M* describe that base, "
+                  "not the runs." if far > 5 else ""), "",
                md_table(r["per_k"], 4), ""]
     return md + ["![Figure 2](fig2_effective_model_size.png)", ""]
 
@@ -553,7 +557,10 @@ def fig5_section(df, out, n_starts, seed, pairs) -> list[str]:
                f"{r['free_objective']:.3e}); h: R_D* = {r['h']['RD_star']:.4g}, R_M* = "
                f"{r['h']['RM_star']:.4g} (objective {r['h']['objective']:.3e}); h_Lp: R_D* = "
                f"{r['hlp']['RD_star']:.4g}, p = {r['hlp']['p']:.4g}, R_M* = "
-               f"{r['hlp']['RM_star']:.4g} (objective {r['hlp']['objective']:.3e}).", "",
+               f"{r['hlp']['RM_star']:.4g} (objective {r['hlp']['objective']:.3e})."
+               + (" **Caution**: h-hat(k) > k at every k > 1 (repeated tokens worth more than "
+                  "fresh ones): the fixed base misdescribes these runs, and h-hat absorbs it."
+                  if (r["table"]["h-hat(k)"] > r["table"]["k"]).all() else ""), "",
                md_table(r["table"], 4), ""]
     return md + ["![Figure 5](fig5_data_multiplier.png)", ""]
 
@@ -783,17 +790,16 @@ def pareto_section(df, out, pairs, seed, probs=(0.5, 0.9), n_limits=12) -> list[
                if not p.ok]
         cell = d[(d["f_C"] == -1) & (d["f_D"] == -4)].iloc[0]
         C, D_T = float(cell["C_nominal"]), float(cell["D_T"])
-        ref = bs.plan.predict_draws(hlp, helper_table(d[(d["f_C"] == -1) & (d["f_D"] == -4)]))
-        lo, hi = np.quantile(ref, 0.02), np.quantile(ref, 0.98)
-        limits = np.linspace(lo, hi, n_limits)
+        seen = d.loc[(d["f_C"] == -1) & (d["f_D"] == -4), "loss_helper"]
+        limits = np.linspace(seen.min() - 0.05, seen.median(), n_limits)
         md += [f"## {pair}", ""]
         if bad:
             md += [f"**Made from a posterior that failed its convergence checks: "
                    f"{', '.join(bad)}; its intervals and chance constraint are not to be "
                    "trusted.**", ""]
-        md += [f"C = {C:.4g} FLOPs, D_T = {D_T:.4g} tokens (f_C = -1, f_D = -4); limits from the "
-               f"2nd to the 98th percentile of the helper losses the posterior predicts for that "
-               f"cell's runs.", ""]
+        md += [f"C = {C:.4g} FLOPs, D_T = {D_T:.4g} tokens (f_C = -1, f_D = -4); limits from "
+               "0.05 nats below the lowest helper loss of that cell's runs to their median "
+               f"({seen.min():.3f}..{seen.median():.3f}).", ""]
         for j, p in enumerate(probs):
             front = pareto_front(tgt, hlp, C=C, D_T=D_T, helper_limits=limits, prob=p,
                                  M_bounds=(d["M"].min(), d["M"].max()), max_draws=100)
