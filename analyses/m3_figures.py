@@ -660,8 +660,8 @@ def fig7_section(df, out, n_starts, seed, pairs) -> list[str]:
           "Base fixed (monolingual k <= 4 one-stage rows); every one-stage row with the He ratio "
           "factor r^-gamma and D' = D_T h(R_D; R_D*) + g D_high (Eq. 6). Case A: a free g per "
           "(k, r < 1), shared R_D*, R_M*, gamma. Case B: g = 1, a free R_M* per (k, r) (bounds "
-          "[0.05, 1e4]), shared R_D*, gamma; at k = 1, M' = M whatever R_M* (App. D.5.1), so those "
-          "values are not identified. R_M*(k, r) = (a/(k-1)^b + c) r^-d (Eq. 23) fitted to case "
+          "[0.05, 1e4]), shared R_D*, gamma (a free R_M* acts at k = 1 too, as in the Muennighoff "
+          "form). R_M*(k, r) = (a/(k-1)^b + c) r^-d (Eq. 23, infinite at k = 1) fitted to case "
           "B's interior k > 1 values (column `Eq. 23`). Marker size: rows per (k, r).", ""]
     for pair, r in results.items():
         a, bb, e = r["A_globals"], r["B_globals"], r["eq23"]
