@@ -64,6 +64,10 @@ LAWS: dict[str, tuple[str, str]] = {
     "PTPP-F2": ("ptpp_gated_m3", "one"),
     "PTPP-F3": ("ptpp_gated_floor_m3", "one"),
     "Zhang": ("zhang", "one"),
+    # Table 16 (App. D.5): where the (k, r) dependence goes, R_M* (Eq. 23) or g (Eq. 9)
+    "R_M*(k,r) + g=1": ("m3_rmkr_nog", "two"),
+    "R_M*(k,r) + g(r,R_D)": ("m3_rmkr", "two"),
+    "R_M*(k) + g(r,R_D)": ("m3_rmk_g", "two"),
 }
 
 
@@ -126,6 +130,10 @@ SETTINGS = {
                           "k = 1, r < 1)",
                    lambda d: (d["n_stages"] == 2) & (d["k"] <= 1) & (d["r"] < 1),
                    ("D-CPT Law", "PTPP-F1", "PTPP-F2", "PTPP-F3", "Zhang"), SPLITS_D),
+    "t16": Setting("t16", "Table 16: routes for the (k, r) dependence (setting (a) rows)",
+                   lambda d: d["n_stages"] <= 2,
+                   ("R_M*(k,r) + g=1", "R_M*(k,r) + g(r,R_D)", "R_M*(k) + g(r,R_D)", "M3",
+                    "M3 -g"), SPLITS),
 }
 
 
@@ -142,6 +150,8 @@ PAPER_AVG = {
     "d2": {"He": .42, "He + Dual PL": .56, "Sedova": .75, "M3": .63, "M3 -Dual PL": .52},
     "d3": {"He": .34, "He + Dual PL": .70, "Sedova": .59, "M3": .74, "M3 -Dual PL": .42},
     "d2o": {"D-CPT Law": .60, "PTPP-F1": .70, "PTPP-F2": .53, "PTPP-F3": .55, "Zhang": -.38},
+    "t16": {"R_M*(k,r) + g=1": .64, "R_M*(k,r) + g(r,R_D)": .67, "R_M*(k) + g(r,R_D)": .68,
+            "M3": .67, "M3 -g": .48},
 }
 
 #: The paper's #P (Table 2; Tables 14-15 for h_Lp and gamma2(r1)) per setting, for reference.
@@ -150,7 +160,9 @@ _NP = {"Chinchilla": 5, "He": 6, "He + Dual PL": 7, "Muennighoff": 7, "ATLAS": 7
        "D-CPT Law": 8, "PTPP-F1": 10, "PTPP-F2": 10, "PTPP-F3": 12, "Zhang": 6}
 PAPER_NP = {"a": _NP, "b": _NP,
             "c": {**_NP, "M3": 7, "M3 + R_M*(k)": 9, "M3 + R_M*(k) h_Lp": 10, "M3 h_Lp": 8},
-            "d": {**_NP, "M3": 8, "M3 -Dual PL": 7}, "d2o": _NP}
+            "d": {**_NP, "M3": 8, "M3 -Dual PL": 7}, "d2o": _NP,
+            "t16": {**_NP, "R_M*(k,r) + g=1": 12, "R_M*(k,r) + g(r,R_D)": 14,
+                    "R_M*(k) + g(r,R_D)": 13}}
 
 
 def condition(s: ev.Split) -> str:

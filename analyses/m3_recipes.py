@@ -517,6 +517,10 @@ def summary(results, quick, seconds):
           "D*(C)/D_T dotted; bottom: the same against log2(D_T/D*(C)).",
           "- `fig9_mstar.png`: M* vs D_T with the Chinchilla M*(C).",
           "- `fig10_rstar.png`: r* vs log2(D_T/D*(C)).",
+          "- `pareto_front.png`, `pareto_front.md`, `pareto_<pair>_p<100p>.csv` (from "
+          "`python analyses/m3_figures.py --only pareto`, on our runs' posteriors): the target "
+          "loss reachable with probability p under each limit on the helper language's loss "
+          "(`bs.plan.pareto`; M3 Section 7's future work).",
           "", "CSV: `approach_map_<lang>.csv`, `collapse_<lang>.csv` (every cell, every approach's loss "
           "and settings)."]
     return "\n".join(L) + "\n"

@@ -20,18 +20,23 @@ Eq. 24) and a target corpus of ``D_T`` tokens, the loss-minimising model scale, 
 target-language ratio and final-stage ratio within each approach (mono 1-stage, multi 1-stage,
 multi 2-stage), and the best approach (:func:`recipe`, :func:`recipe_grid`).
 
+**Target against helper loss** (beyond the M3 paper: its Section 7's future work). For each limit
+on the helper language's loss, the lowest target loss reachable with probability p, the limit
+holding with probability p (:func:`pareto_front`, the recipe search under a chance constraint).
+
 Both work through a law's public interface only (DESIGN.md rule 1): ``predict_draws`` for the
 plans, per-draw parameter values for the recipe optimiser (:func:`as_draws`).
 
 Modules: ``result`` (Plan, PlanPoint, InfeasiblePlanError), ``adaptation`` (the plan search),
 ``extrapolation`` (plans against the fitted data), ``figure`` (the PTPP paper's Figure 2),
-``recipe`` (the M3 recipe optimiser); the draws and forecasts come from
-:mod:`bayes_scaling.bayes.predictive`.
+``recipe`` (the M3 recipe optimiser), ``pareto`` (target against helper loss); the draws and
+forecasts come from :mod:`bayes_scaling.bayes.predictive`.
 """
 from ..bayes.predictive import ParamDraws, as_draws, order_statistic, predict_draws
 from .adaptation import adaptation, checkpoint_rows, pretraining_fit
 from .extrapolation import ExtrapolationError
 from .figure import plot_adaptation
+from .pareto import helper_law, pareto_front
 from .recipe import APPROACHES, Recipe, chinchilla_optimal, recipe, recipe_grid
 from .result import InfeasiblePlanError, Plan, PlanPoint, parse_forgetting
 
@@ -47,8 +52,10 @@ __all__ = [
     "as_draws",
     "checkpoint_rows",
     "chinchilla_optimal",
+    "helper_law",
     "order_statistic",
     "parse_forgetting",
+    "pareto_front",
     "plot_adaptation",
     "predict_draws",
     "pretraining_fit",

@@ -21,7 +21,8 @@ from ..laws import Law
 from ..bayes.predictive import ParamDraws, as_draws, law_inputs
 from .result import json_default
 
-__all__ = ["APPROACHES", "Recipe", "recipe", "recipe_grid", "chinchilla_optimal"]
+__all__ = ["APPROACHES", "Recipe", "chinchilla_optimal", "pattern_search", "recipe",
+           "recipe_columns", "recipe_grid", "search_box"]
 
 # ==================================================================================================
 # The M3 recipe optimiser (M3 paper Section 4, Appendix D.6-D.7).
@@ -41,7 +42,7 @@ def chinchilla_optimal(A, B, alpha, beta, C):
     return G * C ** (beta / (alpha + beta)), C ** (alpha / (alpha + beta)) / G
 
 
-def _settings(u, approach, C, D_T):
+def recipe_columns(u, approach, C, D_T):
     """Decision vector -> recipe columns.
 
     ``u`` (..., d) = (log(D / D_T) [, log r]) for the one-stage approaches and
@@ -91,7 +92,7 @@ def _recipe_fn(law: Law, approach: str, mean_over_draws: bool):
            mean_over_draws)
     if key not in _RECIPE_FNS:
         def f(params, C, D_T, u, m_lo, m_hi, k_lo=0.0, k_hi=jnp.inf, r_lo=0.0, r_hi=1.0):
-            cols = _settings(u, approach, C, D_T)
+            cols = recipe_columns(u, approach, C, D_T)
             if mean_over_draws:  # params (S, 1, 1) against (1, P): expected loss over draws
                 cols = {k: v[None] for k, v in cols.items()}
                 p = {k: v[:, None, None] for k, v in params.items()}
@@ -132,7 +133,7 @@ def _grid_local_minima(f, g0, d, n_starts):
     return np.where(ok, order, best[:, None])
 
 
-def _zoom(fun, lo, hi, B, g0, g, n_zoom, n_starts=3):
+def pattern_search(fun, lo, hi, B, g0, g, n_zoom, n_starts=3):
     """Minimise ``fun(u (B', P, d)) -> (B', P)`` over the box [lo, hi] for every batch element.
 
     Multi-start pattern search: a ``g0^d`` grid over the whole box; its ``n_starts`` lowest local
@@ -169,7 +170,8 @@ def _zoom(fun, lo, hi, B, g0, g, n_zoom, n_starts=3):
             f = np.where(np.isfinite(f), f, np.inf)
             i = np.argmin(f, axis=1)
             fi = f[rows, i]
-            better = fi < best_f - 1e-15 * np.abs(best_f)
+            with np.errstate(invalid="ignore"):   # inf - inf where no start is feasible
+                better = fi < best_f - 1e-15 * np.abs(best_f)
             best_u = np.where(better[:, None], u[rows, i], best_u)
             best_f = np.where(better, fi, best_f)
             centre = best_u.copy()
@@ -195,9 +197,9 @@ def _zoom(fun, lo, hi, B, g0, g, n_zoom, n_starts=3):
     return best_u.reshape(B, K, d)[np.arange(B), j], best_f[np.arange(B), j]
 
 
-def _bounds(approach, k_bounds, r_bounds):
-    """Search box of u (:func:`_settings`): D/D_T = k / r spans [k_lo, k_hi / r_lo]; log r (one
-    stage) spans log r_bounds; log r_f spans [log r_lo, 0] and log(r / r_f) [log r_lo, 0] (two
+def search_box(approach, k_bounds, r_bounds):
+    """Search box of u (:func:`recipe_columns`): D/D_T = k / r spans [k_lo, k_hi / r_lo]; log r
+    (one stage) spans log r_bounds; log r_f spans [log r_lo, 0] and log(r / r_f) [log r_lo, 0] (two
     stages; the corner where r < r_lo is outside the bounds: +inf)."""
     lo = [math.log(k_bounds[0])]
     hi = [math.log(k_bounds[1]) - (0.0 if approach == "mono_1stage" else math.log(r_bounds[0]))]
@@ -219,7 +221,7 @@ def _optimise(draws: ParamDraws, C, D_T, approach, *, per_draw, k_bounds, r_boun
     C = np.atleast_1d(np.asarray(C, float))
     D_T = np.atleast_1d(np.asarray(D_T, float))
     n_cells = C.size
-    lo, hi = _bounds(approach, k_bounds, r_bounds)
+    lo, hi = search_box(approach, k_bounds, r_bounds)
     d = lo.size
     # First-pass grid g0 per dimension, zoom grid g; the spacing shrinks by 3/(g-1) per zoom, to
     # ~1e-9 of the first-pass spacing after n_zoom zooms.
@@ -247,14 +249,14 @@ def _optimise(draws: ParamDraws, C, D_T, approach, *, per_draw, k_bounds, r_boun
             pb = {k: jnp.asarray(v[drw[idx_p]]) for k, v in draws.params.items()}
         else:
             pb = {k: jnp.asarray(v) for k, v in draws.params.items()}
-        u, f = _zoom(lambda uu: fn(pb, Cb, Db, uu, m_lo, m_hi, k_lo, k_hi, *r_bounds), lo, hi,
-                     idx_p.size, g0, g, n_zoom)
+        u, f = pattern_search(lambda uu: fn(pb, Cb, Db, uu, m_lo, m_hi, k_lo, k_hi, *r_bounds),
+                              lo, hi, idx_p.size, g0, g, n_zoom)
         us.append(u[: idx.size])
         fs.append(f[: idx.size])
     u = np.concatenate(us)
     f = np.concatenate(fs)
-    cols = {k: np.asarray(v) for k, v in _settings(jnp.asarray(u), approach, jnp.asarray(C[cells]),
-                                                    jnp.asarray(D_T[cells])).items()}
+    cols = {k: np.asarray(v) for k, v in recipe_columns(
+        jnp.asarray(u), approach, jnp.asarray(C[cells]), jnp.asarray(D_T[cells])).items()}
     out = {"loss": f, "M": cols["M"], "k": cols["k_nominal"], "r": cols["r"], "r_f": cols["r_f"],
            "D": cols["D"]}
     kk = out["k"]
