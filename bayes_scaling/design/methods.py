@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import BayesScalingError
+from .acquisition import greedy_linear
 from .fitting import jacobian_theta, least_squares, uniform_starts
 from .posterior import LaplaceMixture
 
@@ -92,13 +93,17 @@ class _ModelBased(Method):
         first = self.pilot(state)
         if first is not None:
             return first
-        aff = state.affordable(state.final_budget)
+        aff = state.affordable(self.limit(state))
         if not len(aff):
             return aff
         starts = self.refit(state)
         if not starts.ok:
             return aff[[int(np.argmin(state.group.cost[aff]))]]
         return self.choose(state, aff, starts, batch)
+
+    def limit(self, state) -> float:
+        """The budget the choice must fit in: the final checkpoint's."""
+        return state.final_budget
 
     def refit(self, state):
         """Least-squares fit to the bought runs from the previous optima plus uniform draws."""
@@ -183,29 +188,17 @@ class Bayes(_ModelBased):
         C = post.joint_cov(rows)
         keep = np.concatenate([np.arange(nt), nt + aff])
         C = C[np.ix_(keep, keep)]
-        return aff[self.greedy(C, nt, post.sigma2, g.cost[aff] / state.total, batch,
-                               state.final_budget - state.spent, g.cost[aff])]
+        picks, _, _ = greedy_linear(C, nt, post.sigma2, g.cost[aff],
+                                    self.limit(state) - state.spent,
+                                    cost_power=self.cost_power, max_picks=batch)
+        return aff[picks]
 
-    def greedy(self, C, nt, sigma2, rel_cost, batch, room, cost):
-        """Pick ``batch`` candidates one by one, each maximising
-        ``sum_t C[t, c]^2 / (C[c, c] + sigma2) / rel_cost_c^cost_power``, conditioning ``C`` on
-        each pick (a rank-one update); candidates are rows ``nt:`` of ``C``."""
-        C = np.array(C)
-        picked = []
-        for _ in range(batch):
-            cand = np.arange(nt, len(C))
-            red = (C[:nt, nt:] ** 2).sum(0) / (np.diag(C)[nt:] + sigma2)
-            score = red / rel_cost ** self.cost_power
-            ok = np.isfinite(score) & (cost <= room + 1e-12)
-            ok[[p - nt for p in picked]] = False
-            if not ok.any():
-                break
-            c = cand[int(np.argmax(np.where(ok, score, -np.inf)))]
-            picked.append(c)
-            room -= cost[c - nt]
-            col = C[:, c].copy()
-            C -= np.outer(col, col) / (col[c] + sigma2)
-        return [p - nt for p in picked]
+    def limit(self, state) -> float:
+        """The current checkpoint's budget while it affords a run (a run held over to the next
+        checkpoint leaves this one's budget unspent), else the final one's."""
+        if len(state.affordable(state.budget)):
+            return state.budget
+        return state.final_budget
 
 
 METHODS = {"random": Random, "cheapest": Cheapest, "cost_random": CostRandom, "d_opt": DOpt,
