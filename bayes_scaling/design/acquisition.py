@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["greedy_linear", "greedy_importance"]
+__all__ = ["greedy_importance", "greedy_linear"]
 
 
 def _affordable(avail, cost, room):
