@@ -21,7 +21,8 @@ Ours:
   maximising the expected reduction of the summed target-region forecast variance per unit cost,
   from the Laplace-mixture posterior with its modes and its discrepancy term
   (:meth:`.posterior.LaplaceMixture.joint_cov`); a batch is chosen greedily, conditioning the joint
-  covariance on each run chosen.
+  covariance on each run chosen (:func:`.acquisition.greedy_linear`), among the runs the current
+  checkpoint still affords (the final budget's once none does).
 """
 from __future__ import annotations
 
