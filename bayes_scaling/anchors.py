@@ -21,10 +21,10 @@ import numpy as np
 import pandas as pd
 
 from .bayes.predictive import ParamDraws, as_draws, predict_draws
-from .design.acquisition import greedy_importance, greedy_linear
+from .design.acquisition import best_rule, greedy_importance, greedy_linear
 from .errors import BayesScalingError
 
-__all__ = ["select", "candidate_cost"]
+__all__ = ["candidate_cost", "select"]
 
 
 def candidate_cost(candidates: pd.DataFrame, cost="6ND") -> np.ndarray:
@@ -181,19 +181,16 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
     if w.shape != (n_q,) or np.any(w < 0) or not np.isfinite(w).all():
         raise BayesScalingError(f"query_weights must be {n_q} non-negative numbers")
 
-    runs = {}
-    for rule in (("ratio", "gain") if greedy == "auto" else (greedy,)):
-        power = 1.0 if rule == "ratio" else 0.0
+    def run(power):
         if method == "linear":
             C = np.cov(np.concatenate([Fq, Fc], axis=1), rowvar=False).reshape(n_q + n_c, -1)
-            runs[rule] = (*greedy_linear(C, n_q, s2, costs, float(budget), criterion=criterion,
-                                         weights=w, cost_power=power), [])
-        else:
-            runs[rule] = greedy_importance(Fc, Fq, s2, costs, float(budget), weights=w,
-                                           cost_power=power, n_sim=n_sim, seed=seed)
-    final = {k: (v[1][-1] if v[1] else v[2]) for k, v in runs.items()}
-    rule = min(final, key=lambda k: (final[k], k != "ratio"))
-    picks, values, v0, ess = runs[rule]
+            return (*greedy_linear(C, n_q, s2, costs, float(budget), criterion=criterion,
+                                   weights=w, cost_power=power), [])
+        return greedy_importance(Fc, Fq, s2, costs, float(budget), weights=w, cost_power=power,
+                                 n_sim=n_sim, seed=seed)
+
+    rule, (picks, values, v0, ess), final = best_rule(
+        run, ("ratio", "gain") if greedy == "auto" else (greedy,))
     extra = {"greedy": rule, "final_by_rule": final}
     if method == "importance":
         extra["ess"] = ess

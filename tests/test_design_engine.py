@@ -9,7 +9,7 @@ import bayes_scaling as bs
 from bayes_scaling import anchors
 from bayes_scaling.bayes.predictive import ParamDraws
 from bayes_scaling.design import harness, methods
-from bayes_scaling.design.acquisition import greedy_linear
+from bayes_scaling.design.acquisition import best_rule, greedy_linear
 from bayes_scaling.laws import Law, Param
 
 LIN = Law("lin", (Param("a", -np.inf, np.inf, (0.0, 1.0)), Param("b", -np.inf, np.inf, (0.0, 1.0))),
@@ -113,3 +113,20 @@ def test_bayes_chooses_within_the_current_checkpoint():
     assert g.cost[rest].min() < room
     picks = methods.make("bayes").propose(state(float(g.cost[bought].sum()) + room), batch=4)
     assert len(picks) and g.cost[picks].sum() <= room * (1 + 1e-12)
+
+
+def test_best_rule_keeps_the_lower_final_criterion_and_bayes_checks_its_rule():
+    # one cheap run that explains little, one dear run that explains the target entirely
+    C = np.array([[1.0, 0.5, 1.0],
+                  [0.5, 1.0, 0.5],
+                  [1.0, 0.5, 1.0]])
+    cost = np.array([0.1, 1.0])
+
+    def run(power):
+        return greedy_linear(C, 1, 0.01, cost, 1.0, cost_power=power)
+
+    rule, (picks, _, _), final = best_rule(run)
+    assert run(1.0)[0] == [0] and run(0.0)[0] == [1]  # ratio buys the cheap run, then cannot
+    assert rule == "gain" and picks == [1] and final["gain"] < final["ratio"]
+    with pytest.raises(bs.BayesScalingError, match="greedy must be"):
+        methods.make("bayes", greedy="lazy")

@@ -17,12 +17,29 @@ Laplace-mixture posterior of the runs bought) and :func:`bayes_scaling.anchors.s
 
 Both buy, one at a time, the affordable candidate maximising ``gain_c / cost_c^p`` (``p = 1``:
 per unit cost; ``p = 0``: the gain alone) and condition on it before the next pick.
+:func:`best_rule` runs both and keeps the sequence with the lower final criterion: the ratio rule
+alone can spend the budget on many cheap, individually efficient runs and miss one expensive run
+worth more, and taking the better of the two is what gives cost-aware greedy selection its
+guarantee for submodular criteria (Krause & Guestrin 2005; Leskovec et al. 2007).
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["greedy_importance", "greedy_linear"]
+__all__ = ["RULES", "best_rule", "greedy_importance", "greedy_linear"]
+
+#: Cost power ``p`` of each greedy rule.
+RULES = {"ratio": 1.0, "gain": 0.0}
+
+
+def best_rule(run, rules=("ratio", "gain")):
+    """``run(cost_power) -> (picks, values, v0, ...)`` for each rule; returns the rule whose
+    sequence ends with the lower criterion (the ratio rule on a tie), its result, and the final
+    criterion of every rule."""
+    runs = {r: run(RULES[r]) for r in rules}
+    final = {r: (v[1][-1] if v[1] else v[2]) for r, v in runs.items()}
+    rule = min(final, key=lambda r: (final[r], r != "ratio"))
+    return rule, runs[rule], final
 
 
 def _affordable(avail, cost, room):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import BayesScalingError
-from .acquisition import greedy_linear
+from .acquisition import RULES, best_rule, greedy_linear
 from .fitting import jacobian_theta, least_squares, uniform_starts
 from .posterior import LaplaceMixture
 
@@ -173,10 +173,14 @@ class Bayes(_ModelBased):
     """Expected reduction of the target-region forecast variance per unit cost, from the
     Laplace-mixture posterior (modes and discrepancy included); greedy batches."""
 
-    def __init__(self, batch: int = 4, cost_power: float = 1.0, discrepancy: float = 1.0):
+    def __init__(self, batch: int = 4, cost_power: float = 1.0, discrepancy: float = 1.0,
+                 greedy: str = "ratio"):
+        if greedy not in ("auto", "ratio", "gain"):
+            raise BayesScalingError(f"greedy must be 'auto', 'ratio' or 'gain', got {greedy!r}")
         self.batch = int(batch)
         self.cost_power = float(cost_power)
         self.discrepancy = float(discrepancy)
+        self.greedy = greedy
 
     def choose(self, state, aff, starts, batch):
         if batch > 1:  # batches grow with the runs bought: one refit per ~12% more runs
@@ -189,10 +193,16 @@ class Bayes(_ModelBased):
         C = post.joint_cov(rows)
         keep = np.concatenate([np.arange(nt), nt + aff])
         C = C[np.ix_(keep, keep)]
-        picks, _, _ = greedy_linear(C, nt, post.sigma2, g.cost[aff],
-                                    self.limit(state) - state.spent,
-                                    cost_power=self.cost_power, max_picks=batch)
-        return aff[picks]
+        room = self.limit(state) - state.spent
+
+        def run(power):  # the ratio rule with the method's own cost power
+            power = self.cost_power if power == RULES["ratio"] else power
+            return greedy_linear(C, nt, post.sigma2, g.cost[aff], room, cost_power=power,
+                                 max_picks=None if self.greedy == "auto" else batch)
+
+        _, (picks, _, _), _ = best_rule(run, ("ratio", "gain") if self.greedy == "auto"
+                                        else (self.greedy,))
+        return aff[picks[:batch]]
 
     def limit(self, state) -> float:
         """The current checkpoint's budget while it affords a run (a run held over to the next
