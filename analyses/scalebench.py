@@ -109,7 +109,8 @@ def summarise():
              "± the std over seeds of the law-mean; `n` = (laws x seeds) done. Paper values: its",
              "Table 2 (SOURCE.md). Refit: 64 starts uniform in the bounds, L-BFGS in the",
              "unconstrained coordinates (one compiled JAX program; see docs/design.md for how it",
-             "compares with the benchmark's scipy L-BFGS-B).", ""]
+             "compares with the benchmark's scipy L-BFGS-B). A seed whose laws are not all done",
+             "averages the laws done.", ""]
     for stat, title in (("r2_protocol", "Protocol refit R^2: ours (paper's Table 2)"),
                         ("r2_posterior", "Posterior-median R^2"),
                         ("coverage90", "Coverage of the 90% predictive intervals")):

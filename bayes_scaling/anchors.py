@@ -8,6 +8,10 @@ The PTPP paper (Section 2, "Anchors"; Table 2) shows that 20 small-scale anchors
 tighten forecasts; its closing section names "cost-aware anchor selection" as future work. This is
 that selection, with the value of a run computed from the posterior rather than from a distance
 heuristic.
+
+This module is a front end: it turns a fitted posterior's draws into the joint covariance (or the
+draws) of the log forecasts at the queries and candidates, and the picks are made by the engine
+of ``bs.design``'s ``bayes`` method (:mod:`bayes_scaling.design.acquisition`).
 """
 from __future__ import annotations
 
@@ -16,10 +20,11 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from .errors import BayesScalingError
 from .bayes.predictive import ParamDraws, as_draws, predict_draws
+from .design.acquisition import best_rule, greedy_importance, greedy_linear
+from .errors import BayesScalingError
 
-__all__ = ["select", "candidate_cost"]
+__all__ = ["candidate_cost", "select"]
 
 
 def candidate_cost(candidates: pd.DataFrame, cost="6ND") -> np.ndarray:
@@ -176,15 +181,16 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
     if w.shape != (n_q,) or np.any(w < 0) or not np.isfinite(w).all():
         raise BayesScalingError(f"query_weights must be {n_q} non-negative numbers")
 
-    runs = {}
-    for rule in (("ratio", "gain") if greedy == "auto" else (greedy,)):
+    def run(power):
         if method == "linear":
-            runs[rule] = (*_greedy_linear(Fc, Fq, s2, w, costs, budget, criterion, rule), [])
-        else:
-            runs[rule] = _greedy_importance(Fc, Fq, s2, w, costs, budget, n_sim, seed, rule)
-    final = {k: (v[1][-1] if v[1] else v[2]) for k, v in runs.items()}
-    rule = min(final, key=lambda k: (final[k], k != "ratio"))
-    picks, values, v0, ess = runs[rule]
+            C = np.cov(np.concatenate([Fq, Fc], axis=1), rowvar=False).reshape(n_q + n_c, -1)
+            return (*greedy_linear(C, n_q, s2, costs, float(budget), criterion=criterion,
+                                   weights=w, cost_power=power), [])
+        return greedy_importance(Fc, Fq, s2, costs, float(budget), weights=w, cost_power=power,
+                                 n_sim=n_sim, seed=seed)
+
+    rule, (picks, values, v0, ess), final = best_rule(
+        run, ("ratio", "gain") if greedy == "auto" else (greedy,))
     extra = {"greedy": rule, "final_by_rule": final}
     if method == "importance":
         extra["ess"] = ess
@@ -208,99 +214,3 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
     out.attrs.update(criterion=criterion, method=method, initial=v0, noise_var=float(np.mean(s2)),
                      noise_source=noise_src, n_draws=S, budget=float(budget), **extra)
     return out
-
-
-def _greedy_linear(Fc, Fq, s2, w, costs, budget, criterion, rule="ratio"):
-    n_c, n_q = Fc.shape[1], Fq.shape[1]
-    F = np.concatenate([Fc, Fq], axis=1)
-    Sig = np.cov(F, rowvar=False).reshape(n_c + n_q, n_c + n_q)
-    C, Q = np.arange(n_c), n_c + np.arange(n_q)
-    jitter = 1e-10 * max(np.trace(Sig[np.ix_(Q, Q)]) / n_q, 1e-300)
-
-    def value(Sg):
-        if criterion == "variance":
-            return float(np.sum(w * np.diag(Sg)[Q]))
-        sign, ld = np.linalg.slogdet(Sg[np.ix_(Q, Q)] + jitter * np.eye(n_q))
-        return 0.5 * ld
-
-    v0 = value(Sig)
-    avail = np.ones(n_c, bool)
-    left = float(budget)
-    picks, values = [], []
-    while True:
-        ok = avail & (costs <= left * (1 + 1e-12))
-        if not ok.any():
-            break
-        V = Sig[np.ix_(Q, C)]                      # (n_q, n_c)
-        denom = np.diag(Sig)[C] + s2
-        if criterion == "variance":
-            gain = (w[:, None] * V ** 2).sum(0) / denom
-        else:
-            Wm = np.linalg.solve(Sig[np.ix_(Q, Q)] + jitter * np.eye(n_q), V)
-            quad = np.clip((V * Wm).sum(0) / denom, 0.0, 1.0 - 1e-15)
-            gain = -0.5 * np.log1p(-quad)
-        score = np.where(ok, gain / costs if rule == "ratio" else gain, -np.inf)
-        c = int(np.argmax(score))
-        if not (gain[c] > 0):
-            break
-        col = Sig[:, c].copy()
-        Sig = Sig - np.outer(col, col) / (Sig[c, c] + s2[c])
-        picks.append(c)
-        values.append(value(Sig))
-        avail[c] = False
-        left -= costs[c]
-    return picks, values, v0
-
-
-def _weighted_query_var(LW, Fq, w):
-    """mean_j sum_q w_q Var_{softmax(LW_j)}(Fq[:, q]) and the mean ESS; LW (..., J, S)."""
-    LW = LW - LW.max(axis=-1, keepdims=True)
-    W = np.exp(LW)
-    W /= W.sum(axis=-1, keepdims=True)
-    m1 = W @ Fq                                  # (..., J, n_q)
-    m2 = W @ (Fq ** 2)
-    var = np.maximum(m2 - m1 ** 2, 0.0)
-    ess = 1.0 / np.sum(W ** 2, axis=-1)
-    return (var @ w).mean(axis=-1), ess.mean(axis=-1)
-
-
-def _greedy_importance(Fc, Fq, s2, w, costs, budget, n_sim, seed, rule="ratio", chunk=8):
-    S, n_c = Fc.shape
-    rng = np.random.default_rng(seed)
-    J = min(int(n_sim), S)
-    truth = rng.choice(S, size=J, replace=False)
-    Y = Fc[truth] + np.sqrt(s2)[None, :] * rng.standard_normal((J, n_c))     # (J, n_c)
-    Fq_c = Fq - Fq.mean(axis=0)  # centring keeps m2 - m1^2 accurate
-    LW = np.zeros((J, S))
-    LW[np.arange(J), truth] = -np.inf  # leave the pseudo-truth's own draw out
-    v0, ess0 = _weighted_query_var(LW, Fq_c, w)
-    v0 = float(v0)
-    avail = np.ones(n_c, bool)
-    left = float(budget)
-    picks, values, esss = [], [], []
-    cur = v0
-    while True:
-        ok = avail & (costs <= left * (1 + 1e-12))
-        if not ok.any():
-            break
-        cand = np.flatnonzero(ok)
-        vals = np.full(n_c, np.inf)
-        ess_c = np.zeros(n_c)
-        for s in range(0, cand.size, chunk):  # loop over candidate chunks, not draws
-            cc = cand[s:s + chunk]
-            ll = -0.5 * (Y[:, cc].T[:, :, None] - Fc[:, cc].T[:, None, :]) ** 2 / s2[cc, None, None]
-            vv, ee = _weighted_query_var(LW[None] + ll, Fq_c, w)
-            vals[cc], ess_c[cc] = vv, ee
-        gain = cur - vals
-        score = np.where(ok, gain / costs if rule == "ratio" else gain, -np.inf)
-        c = int(np.argmax(score))
-        if not (gain[c] > 0):
-            break
-        LW = LW + (-0.5 * (Y[:, c][:, None] - Fc[:, c][None, :]) ** 2 / s2[c])
-        picks.append(c)
-        values.append(float(vals[c]))
-        esss.append(float(ess_c[c]))
-        cur = float(vals[c])
-        avail[c] = False
-        left -= costs[c]
-    return picks, values, v0, esss

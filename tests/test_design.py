@@ -8,7 +8,8 @@ import pytest
 
 import bayes_scaling as bs
 import bayes_scaling.cli  # noqa: F401  (bs.cli)
-from bayes_scaling.design import fitting, methods
+from bayes_scaling.design import fitting
+from bayes_scaling.design.acquisition import greedy_linear
 from bayes_scaling.errors import BayesScalingError, DataError
 
 TRUE = {"E": 1.8, "A": 400.0, "alpha": 0.34, "B": 410.0, "beta": 0.28}
@@ -130,11 +131,10 @@ def test_greedy_batch_conditions_on_each_pick():
                   [0.9, 0.0, 1.0, 1.0, 0.0],
                   [0.9, 0.0, 1.0, 1.0, 0.0],
                   [0.0, 0.8, 0.0, 0.0, 1.0]])
-    m = methods.Bayes(batch=2)
     cost = np.array([1.0, 1.0, 1.0])
-    picked = m.greedy(v, 2, 0.01, cost, 2, 10.0, cost)
+    picked = greedy_linear(v, 2, 0.01, cost, 10.0, max_picks=2)[0]
     assert picked[0] in (0, 1) and picked[1] == 2  # the copy of the first pick adds nothing
-    assert m.greedy(v, 2, 0.01, cost, 1, 0.5, cost) == []  # nothing affordable
+    assert greedy_linear(v, 2, 0.01, cost, 0.5, max_picks=1)[0] == []  # nothing affordable
 
 
 def test_bad_tasks_fail_with_the_column_rows_and_fix(task):

@@ -43,6 +43,7 @@ class State:
     spent: float
     total: float
     final_budget: float
+    budget: float = 0.0  # the current checkpoint's budget
     memory: dict = field(default_factory=dict)
 
     @property
@@ -102,7 +103,7 @@ def seed_job(job) -> list[dict]:
     for budget in task.budgets:
         fits = []
         for i, (st, m) in enumerate(zip(states, methods)):
-            target = budget * st.total
+            target = st.budget = budget * st.total
             for idx in pending[i]:
                 st.spent += st.group.cost[idx]
             st.observed = np.concatenate([st.observed, pending[i]]).astype(int)

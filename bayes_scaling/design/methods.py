@@ -21,13 +21,15 @@ Ours:
   maximising the expected reduction of the summed target-region forecast variance per unit cost,
   from the Laplace-mixture posterior with its modes and its discrepancy term
   (:meth:`.posterior.LaplaceMixture.joint_cov`); a batch is chosen greedily, conditioning the joint
-  covariance on each run chosen.
+  covariance on each run chosen (:func:`.acquisition.greedy_linear`), among the runs the current
+  checkpoint still affords (the final budget's once none does).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import BayesScalingError
+from .acquisition import RULES, best_rule, greedy_linear
 from .fitting import jacobian_theta, least_squares, uniform_starts
 from .posterior import LaplaceMixture
 
@@ -92,13 +94,17 @@ class _ModelBased(Method):
         first = self.pilot(state)
         if first is not None:
             return first
-        aff = state.affordable(state.final_budget)
+        aff = state.affordable(self.limit(state))
         if not len(aff):
             return aff
         starts = self.refit(state)
         if not starts.ok:
             return aff[[int(np.argmin(state.group.cost[aff]))]]
         return self.choose(state, aff, starts, batch)
+
+    def limit(self, state) -> float:
+        """The budget the choice must fit in: the final checkpoint's."""
+        return state.final_budget
 
     def refit(self, state):
         """Least-squares fit to the bought runs from the previous optima plus uniform draws."""
@@ -167,10 +173,14 @@ class Bayes(_ModelBased):
     """Expected reduction of the target-region forecast variance per unit cost, from the
     Laplace-mixture posterior (modes and discrepancy included); greedy batches."""
 
-    def __init__(self, batch: int = 4, cost_power: float = 1.0, discrepancy: float = 1.0):
+    def __init__(self, batch: int = 4, cost_power: float = 1.0, discrepancy: float = 1.0,
+                 greedy: str = "ratio"):
+        if greedy not in ("auto", "ratio", "gain"):
+            raise BayesScalingError(f"greedy must be 'auto', 'ratio' or 'gain', got {greedy!r}")
         self.batch = int(batch)
         self.cost_power = float(cost_power)
         self.discrepancy = float(discrepancy)
+        self.greedy = greedy
 
     def choose(self, state, aff, starts, batch):
         if batch > 1:  # batches grow with the runs bought: one refit per ~12% more runs
@@ -183,29 +193,23 @@ class Bayes(_ModelBased):
         C = post.joint_cov(rows)
         keep = np.concatenate([np.arange(nt), nt + aff])
         C = C[np.ix_(keep, keep)]
-        return aff[self.greedy(C, nt, post.sigma2, g.cost[aff] / state.total, batch,
-                               state.final_budget - state.spent, g.cost[aff])]
+        room = self.limit(state) - state.spent
 
-    def greedy(self, C, nt, sigma2, rel_cost, batch, room, cost):
-        """Pick ``batch`` candidates one by one, each maximising
-        ``sum_t C[t, c]^2 / (C[c, c] + sigma2) / rel_cost_c^cost_power``, conditioning ``C`` on
-        each pick (a rank-one update); candidates are rows ``nt:`` of ``C``."""
-        C = np.array(C)
-        picked = []
-        for _ in range(batch):
-            cand = np.arange(nt, len(C))
-            red = (C[:nt, nt:] ** 2).sum(0) / (np.diag(C)[nt:] + sigma2)
-            score = red / rel_cost ** self.cost_power
-            ok = np.isfinite(score) & (cost <= room + 1e-12)
-            ok[[p - nt for p in picked]] = False
-            if not ok.any():
-                break
-            c = cand[int(np.argmax(np.where(ok, score, -np.inf)))]
-            picked.append(c)
-            room -= cost[c - nt]
-            col = C[:, c].copy()
-            C -= np.outer(col, col) / (col[c] + sigma2)
-        return [p - nt for p in picked]
+        def run(power):  # the ratio rule with the method's own cost power
+            power = self.cost_power if power == RULES["ratio"] else power
+            return greedy_linear(C, nt, post.sigma2, g.cost[aff], room, cost_power=power,
+                                 max_picks=None if self.greedy == "auto" else batch)
+
+        _, (picks, _, _), _ = best_rule(run, ("ratio", "gain") if self.greedy == "auto"
+                                        else (self.greedy,))
+        return aff[picks[:batch]]
+
+    def limit(self, state) -> float:
+        """The current checkpoint's budget while it affords a run (a run held over to the next
+        checkpoint leaves this one's budget unspent), else the final one's."""
+        if len(state.affordable(state.budget)):
+            return state.budget
+        return state.final_budget
 
 
 METHODS = {"random": Random, "cheapest": Cheapest, "cost_random": CostRandom, "d_opt": DOpt,

@@ -1,0 +1,172 @@
+"""The acquisition of every model-based purchase in the project: greedy expected reduction of the
+target forecasts' uncertainty per unit cost (docs/design.md, "bayes").
+
+One engine, two front ends: the ``bayes`` method of :mod:`.methods` (covariance from the
+Laplace-mixture posterior of the runs bought) and :func:`bayes_scaling.anchors.select`
+(covariance of the log forecasts of a fitted posterior's draws).
+
+- :func:`greedy_linear`: ``C`` is the joint covariance of the target rows (first ``nt`` rows)
+  and the candidates (the rest). Observing candidate ``c`` with noise variance ``s_c^2`` updates
+  ``C <- C - C[:, c] C[c, :] / (C[c, c] + s_c^2)`` whatever its outcome (the Gaussian, or
+  linearised, posterior), so the expected reduction of the weighted target variance is
+  ``R(c) = sum_t w_t C[t, c]^2 / (C[c, c] + s_c^2)``; with ``criterion="entropy"`` it is the
+  expected information gain about the targets, ``-1/2 log(1 - v_c' C_TT^-1 v_c / (C[c, c] +
+  s_c^2))`` (matrix determinant lemma, ``v_c = C[T, c]``).
+- :func:`greedy_importance`: the same variance criterion without the Gaussian assumption, by
+  re-weighting posterior draws with simulated outcomes.
+
+Both buy, one at a time, the affordable candidate maximising ``gain_c / cost_c^p`` (``p = 1``:
+per unit cost; ``p = 0``: the gain alone) and condition on it before the next pick.
+:func:`best_rule` runs both and keeps the sequence with the lower final criterion: the ratio rule
+alone can spend the budget on many cheap, individually efficient runs and miss one expensive run
+worth more, and taking the better of the two is what gives cost-aware greedy selection its
+guarantee for submodular criteria (Krause & Guestrin 2005; Leskovec et al. 2007).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["RULES", "best_rule", "greedy_importance", "greedy_linear"]
+
+#: Cost power ``p`` of each greedy rule.
+RULES = {"ratio": 1.0, "gain": 0.0}
+
+
+def best_rule(run, rules=("ratio", "gain")):
+    """``run(cost_power) -> (picks, values, v0, ...)`` for each rule; returns the rule whose
+    sequence ends with the lower criterion (the ratio rule on a tie), its result, and the final
+    criterion of every rule."""
+    runs = {r: run(RULES[r]) for r in rules}
+    final = {r: (v[1][-1] if v[1] else v[2]) for r, v in runs.items()}
+    rule = min(final, key=lambda r: (final[r], r != "ratio"))
+    return rule, runs[rule], final
+
+
+def _affordable(avail, cost, room):
+    return avail & (cost <= room * (1 + 1e-12))
+
+
+def greedy_linear(C, nt: int, noise_var, cost, room: float, *, criterion: str = "variance",
+                  weights=None, cost_power: float = 1.0, max_picks: int | None = None):
+    """Greedy picks among the candidates (rows ``nt:`` of ``C``) within the budget ``room``.
+
+    Args:
+        C: joint covariance, target rows first: (nt + n_c, nt + n_c).
+        nt: number of target rows.
+        noise_var: observation noise variance, a number or one per candidate.
+        cost: cost of each candidate (n_c,), positive.
+        room: budget left.
+        criterion: ``"variance"`` (weighted sum of target variances) or ``"entropy"``
+            (1/2 log det of the target covariance).
+        weights: target weights of the variance criterion (default 1 each).
+        cost_power: ``p`` of the score ``gain / cost^p``.
+        max_picks: stop after this many picks (default: when the budget or the gains run out).
+
+    Returns:
+        ``(picks, values, v0)``: candidate indices (0-based among the candidates) in order, the
+        criterion after each pick and before the first.
+    """
+    C = np.array(C, dtype=float)
+    n_c = len(C) - nt
+    cost = np.asarray(cost, float)
+    s2 = np.broadcast_to(np.asarray(noise_var, float), (n_c,))
+    w = np.ones(nt) if weights is None else np.asarray(weights, float)
+    T, Cd = np.arange(nt), nt + np.arange(n_c)
+    jitter = 1e-10 * max(np.trace(C[:nt, :nt]) / max(nt, 1), 1e-300)
+
+    def value(M):
+        if criterion == "variance":
+            return float(np.sum(w * np.diag(M)[:nt]))
+        return 0.5 * np.linalg.slogdet(M[np.ix_(T, T)] + jitter * np.eye(nt))[1]
+
+    v0 = value(C)
+    avail = np.ones(n_c, bool)
+    picks, values = [], []
+    while max_picks is None or len(picks) < max_picks:
+        ok = _affordable(avail, cost, room)
+        if not ok.any():
+            break
+        V = C[np.ix_(T, Cd)]
+        denom = np.diag(C)[Cd] + s2
+        if criterion == "variance":
+            gain = (w[:, None] * V ** 2).sum(0) / denom
+        else:
+            Wm = np.linalg.solve(C[np.ix_(T, T)] + jitter * np.eye(nt), V)
+            gain = -0.5 * np.log1p(-np.clip((V * Wm).sum(0) / denom, 0.0, 1.0 - 1e-15))
+        score = np.where(ok & np.isfinite(gain), gain / cost ** cost_power, -np.inf)
+        c = int(np.argmax(score))
+        if not (score[c] > 0):
+            break
+        col = C[:, nt + c].copy()
+        C -= np.outer(col, col) / (col[nt + c] + s2[c])
+        picks.append(c)
+        values.append(value(C))
+        avail[c] = False
+        room -= cost[c]
+    return picks, values, v0
+
+
+def _weighted_target_var(LW, Ft, w):
+    """mean_j sum_t w_t Var_{softmax(LW_j)}(Ft[:, t]) and the mean ESS; LW (..., J, S)."""
+    LW = LW - LW.max(axis=-1, keepdims=True)
+    W = np.exp(LW)
+    W /= W.sum(axis=-1, keepdims=True)
+    m1 = W @ Ft
+    m2 = W @ (Ft ** 2)
+    var = np.maximum(m2 - m1 ** 2, 0.0)
+    ess = 1.0 / np.sum(W ** 2, axis=-1)
+    return (var @ w).mean(axis=-1), ess.mean(axis=-1)
+
+
+def greedy_importance(Fc, Ft, noise_var, cost, room: float, *, weights=None,
+                      cost_power: float = 1.0, n_sim: int = 256, seed: int = 0, chunk: int = 8):
+    """Greedy picks by the variance criterion from draws, without a Gaussian assumption.
+
+    ``Fc`` (S, n_c) and ``Ft`` (S, nt) are the draws' values at the candidates and the targets.
+    ``n_sim`` draws serve as pseudo-truths ``j`` with simulated outcomes ``y_jc = Fc[j, c] +
+    s_c eps``; after observing a set A the posterior is the draws re-weighted by ``prod_{c in A}
+    N(y_jc; Fc[s, c], s_c^2)`` (the pseudo-truth's own draw left out), and the criterion is the
+    weighted target variance averaged over ``j``.
+
+    Returns:
+        ``(picks, values, v0, ess)``: as :func:`greedy_linear`, plus the mean effective sample
+        size of the weights after each pick.
+    """
+    S, n_c = Fc.shape
+    cost = np.asarray(cost, float)
+    s2 = np.broadcast_to(np.asarray(noise_var, float), (n_c,))
+    w = np.ones(Ft.shape[1]) if weights is None else np.asarray(weights, float)
+    rng = np.random.default_rng(seed)
+    J = min(int(n_sim), S)
+    truth = rng.choice(S, size=J, replace=False)
+    Y = Fc[truth] + np.sqrt(s2)[None, :] * rng.standard_normal((J, n_c))
+    Ft_c = Ft - Ft.mean(axis=0)  # centring keeps m2 - m1^2 accurate
+    LW = np.zeros((J, S))
+    LW[np.arange(J), truth] = -np.inf
+    cur = v0 = float(_weighted_target_var(LW, Ft_c, w)[0])
+    avail = np.ones(n_c, bool)
+    picks, values, esss = [], [], []
+    while True:
+        ok = _affordable(avail, cost, room)
+        if not ok.any():
+            break
+        cand = np.flatnonzero(ok)
+        vals = np.full(n_c, np.inf)
+        ess_c = np.zeros(n_c)
+        for s in range(0, cand.size, chunk):  # loop over candidate chunks, not draws
+            cc = cand[s:s + chunk]
+            ll = -0.5 * (Y[:, cc].T[:, :, None] - Fc[:, cc].T[:, None, :]) ** 2 / s2[cc, None, None]
+            vals[cc], ess_c[cc] = _weighted_target_var(LW[None] + ll, Ft_c, w)
+        gain = cur - vals
+        score = np.where(ok, gain / cost ** cost_power, -np.inf)
+        c = int(np.argmax(score))
+        if not (gain[c] > 0):
+            break
+        LW = LW - 0.5 * (Y[:, c][:, None] - Fc[:, c][None, :]) ** 2 / s2[c]
+        picks.append(c)
+        values.append(float(vals[c]))
+        esss.append(float(ess_c[c]))
+        cur = float(vals[c])
+        avail[c] = False
+        room -= cost[c]
+    return picks, values, v0, esss
