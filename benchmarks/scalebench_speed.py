@@ -68,8 +68,9 @@ def main(argv=None):
     ap.add_argument("--laws", default=None, help="comma-separated (default: every law of --task)")
     ap.add_argument("--methods", default="bayes", help="comma-separated (default: bayes)")
     ap.add_argument("--seeds", default="0", help="comma-separated (default: 0)")
-    ap.add_argument("--data-dir", default=None, help="ScaleBench folder (default: "
-                    "$BAYES_SCALING_SCALEBENCH, else shared/datasets/scalebench beside the checkout)")
+    ap.add_argument("--data-dir", default=None,
+                    help="ScaleBench folder (default: $BAYES_SCALING_SCALEBENCH, else "
+                         "shared/datasets/scalebench beside the checkout)")
     ap.add_argument("--executor", choices=("ray", "local"), default="ray")
     ap.add_argument("--write", action="store_true", help="record the result in BENCHMARKS.md")
     args = ap.parse_args(argv)

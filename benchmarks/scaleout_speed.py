@@ -93,22 +93,19 @@ def main(argv=None):
                    "--write")
         chains = (f"chains in parallel on {CHAINS} host devices" if args.chains_on == "parallel"
                   else "chains vectorised in one program")
-        replace_section(f"Scale-out: calibration study on {args.executor}, chains "
-                        f"{args.chains_on}", "\n".join([
-                            f"## Scale-out: calibration study on {args.executor}, chains "
-                            f"{args.chains_on}", "",
-                            f"    .venv/bin/python {command}", "",
-                            (f"Reduced Form-3 NUTS calibration ({args.n} prior-drawn tables, "
-                             f"{CHAINS} chains x {args.samples} draws after {args.warmup} "
-                             f"warm-up steps, {chains}) on {os.cpu_count()} cores, in one "
-                             "process:"), "",
-                            "| run | wall (s) | CPU s per wall s (driver) |", "|---|---|---|",
-                            f"| serial | {t_serial:.0f} | {cpu_serial / t_serial:.2f} |",
-                            (f"| {args.executor} (incl. {t_start:.0f} s starting workers) | "
-                             f"{t_par:.0f} | - |"), "",
-                            (f"Speed-up {ratio:.2f}x; {same} (fit times aside). Median "
-                             f"posterior fit {fit_s:.0f} s (the serial run's `seconds`)."),
-                        ]))
+        heading = f"Scale-out: calibration study on {args.executor}, chains {args.chains_on}"
+        replace_section(heading, "\n".join([
+            f"## {heading}", "",
+            f"    .venv/bin/python {command}", "",
+            (f"Reduced Form-3 NUTS calibration ({args.n} prior-drawn tables, {CHAINS} chains x "
+             f"{args.samples} draws after {args.warmup} warm-up steps, {chains}) on "
+             f"{os.cpu_count()} cores, in one process:"), "",
+            "| run | wall (s) | CPU s per wall s (driver) |", "|---|---|---|",
+            f"| serial | {t_serial:.0f} | {cpu_serial / t_serial:.2f} |",
+            f"| {args.executor} (incl. {t_start:.0f} s starting workers) | {t_par:.0f} | - |", "",
+            (f"Speed-up {ratio:.2f}x; {same} (fit times aside). Median posterior fit "
+             f"{fit_s:.0f} s (the serial run's `seconds`)."),
+        ]))
     return 1 if differ else 0
 
 
