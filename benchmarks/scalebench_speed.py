@@ -54,14 +54,6 @@ def run(items, executor) -> tuple[pd.DataFrame, float, float]:
     return pd.DataFrame([r for rs in results for r in rs]), wall, cpu
 
 
-def worker_options(kind: str) -> dict:
-    """Ray workers import this checkout (not another installed copy) of the packages."""
-    if kind != "ray":
-        return {}
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {"runtime_env": {"env_vars": {"PYTHONPATH": path}}}
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", default="parallel_scaling_law")
@@ -83,7 +75,7 @@ def main(argv=None):
     serial, t_serial, cpu_serial = run(items, "serial")
     print(f"serial: {t_serial:.0f} s ({cpu_serial / t_serial:.2f} CPU s per s)", flush=True)
     t = time.perf_counter()
-    with get_executor(args.executor, **worker_options(args.executor)) as ex:
+    with get_executor(args.executor) as ex:
         t_start = time.perf_counter() - t
         parallel, t_par, _ = run(items, ex)
     t_par += t_start

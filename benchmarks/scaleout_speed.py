@@ -49,15 +49,6 @@ def run(n: int, executor, fit_kwargs) -> tuple[pd.DataFrame, float, float]:
     return res["table"], time.perf_counter() - t, time.process_time() - cpu
 
 
-def worker_env() -> dict:
-    """Ray workers get this process's chain devices and import this checkout's packages."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = {"PYTHONPATH": path}
-    if "XLA_FLAGS" in os.environ:
-        env["XLA_FLAGS"] = os.environ["XLA_FLAGS"]
-    return {"runtime_env": {"env_vars": env}}
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=4, help="simulated tables (default 4)")
@@ -74,7 +65,8 @@ def main(argv=None):
                   "num_samples": args.samples, "chain_method": args.chains_on}
     serial, t_serial, cpu_serial = run(args.n, "serial", fit_kwargs)
     print(f"serial: {t_serial:.0f} s ({cpu_serial / t_serial:.2f} CPU s per s)", flush=True)
-    options = worker_env() if args.executor == "ray" else {}
+    options = ({"runtime_env": {"env_vars": {"XLA_FLAGS": os.environ["XLA_FLAGS"]}}}
+               if args.executor == "ray" and "XLA_FLAGS" in os.environ else {})
     t = time.perf_counter()
     with get_executor(args.executor, **options) as ex:
         t_start = time.perf_counter() - t
