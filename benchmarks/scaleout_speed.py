@@ -1,15 +1,21 @@
 """Speed-up of the Form-3 calibration study on a Ray cluster over the same study run serially.
 
 A reduced `analyses/bayes_calibration.py --nuts --only ptpp_gated_floor`: ``--n`` prior-drawn
-tables (default 4) of the two-PTPP design, each fitted with `fit_posterior`'s default NUTS (4
-chains x 1000 draws after 1000 warm-up steps, chains in parallel on 4 host devices). In one
-process: first serially, then with each table's fit a Ray task on a local cluster sized to the
-machine (started and stopped by the executor). Wall times include compilation (once in this
-process; once per Ray worker) and the cluster's start. The script then compares the per-dataset
-tables (the fits' own `seconds` column aside) and names the datasets whose rows differ.
+tables (default 4) of the two-PTPP design, each fitted with `fit_posterior`'s NUTS (4 chains x
+``--samples`` draws after ``--warmup`` warm-up steps, default 500 + 500). In one process: first
+serially, then with each table's fit a Ray task on a local cluster sized to the machine (started
+and stopped by the executor). Wall times include compilation (once per distinct program in this
+process; once per Ray worker) and the cluster's start. The per-dataset tables are compared (the
+fits' own `seconds` column aside); the script exits with status 1 when they differ.
+
+Threads: with ``--chains-on parallel`` (the analysis's setting) each fit's 4 chains run on 4
+host devices, so the serial run already spreads one fit over every core; with ``--chains-on
+vectorized`` a fit is one program on one device, and the serial baseline uses about one core
+(both runs print the driver's CPU seconds per wall second).
 
 Usage:
-    .venv/bin/python benchmarks/scaleout_speed.py [--n 4] [--executor ray|local] [--write]
+    .venv/bin/python benchmarks/scaleout_speed.py [--n 4] [--warmup 500] [--samples 500]
+        [--chains-on parallel|vectorized] [--executor ray|local] [--write]
 """
 from __future__ import annotations
 
@@ -34,53 +40,66 @@ from scaleout import get_executor
 CHAINS = 4
 
 
-def run(n: int, executor) -> tuple[pd.DataFrame, float]:
+def run(n: int, executor, fit_kwargs) -> tuple[pd.DataFrame, float, float]:
+    """The per-dataset table, the wall time and the CPU seconds this process used."""
     grid, new = ptpp_design()
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     res = calibrate("ptpp_gated_floor", grid, n_datasets=n, new_rows=new, method="nuts", seed=0,
-                    fit_kwargs={"n_starts": 8, "num_chains": CHAINS}, accept=plausible,
-                    executor=executor)
-    return res["table"], time.perf_counter() - t
+                    fit_kwargs=fit_kwargs, accept=plausible, executor=executor)
+    return res["table"], time.perf_counter() - t, time.process_time() - cpu
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=4, help="simulated tables (default 4)")
+    ap.add_argument("--warmup", type=int, default=500, help="NUTS warm-up steps (default 500)")
+    ap.add_argument("--samples", type=int, default=500, help="NUTS draws per chain (default 500)")
+    ap.add_argument("--chains-on", choices=("parallel", "vectorized"), default="parallel",
+                    help="one host device per chain (default), or all chains in one program")
     ap.add_argument("--executor", choices=("ray", "local"), default="ray")
     ap.add_argument("--write", action="store_true", help="record the result in BENCHMARKS.md")
     args = ap.parse_args(argv)
-    use_chain_devices(CHAINS)  # before JAX starts; workers inherit the same devices per chain
-    serial, t_serial = run(args.n, "serial")
-    print(f"serial: {t_serial:.0f} s", flush=True)
+    if args.chains_on == "parallel":
+        use_chain_devices(CHAINS)  # before JAX starts; workers get the same devices per chain
+    fit_kwargs = {"n_starts": 8, "num_chains": CHAINS, "num_warmup": args.warmup,
+                  "num_samples": args.samples, "chain_method": args.chains_on}
+    serial, t_serial, cpu_serial = run(args.n, "serial", fit_kwargs)
+    print(f"serial: {t_serial:.0f} s ({cpu_serial / t_serial:.2f} CPU s per s)", flush=True)
     options = ({"runtime_env": {"env_vars": {"XLA_FLAGS": os.environ["XLA_FLAGS"]}}}
-               if args.executor == "ray" else {})
+               if args.executor == "ray" and "XLA_FLAGS" in os.environ else {})
     t = time.perf_counter()
     with get_executor(args.executor, **options) as ex:
         t_start = time.perf_counter() - t
-        parallel, t_par = run(args.n, ex)
+        parallel, t_par, _ = run(args.n, ex, fit_kwargs)
     t_par += t_start
     print(f"{args.executor}: {t_par:.0f} s (of which {t_start:.0f} s starting the workers)")
     a, b = serial.drop(columns="seconds"), parallel.drop(columns="seconds")
     differ = [int(i) for i in serial["dataset"] if not a.iloc[[i]].equals(b.iloc[[i]])]
-    same = f"datasets whose rows differ: {differ}" if differ else "per-dataset tables equal"
+    same = f"datasets whose rows differ: {differ}" if differ else "per-dataset tables identical"
     ratio = t_serial / t_par
     print(f"speed-up {ratio:.2f}x on {os.cpu_count()} cores; {same}")
     if args.write:
         fit_s = serial["seconds"].median()
-        replace_section(f"Scale-out: calibration study on {args.executor}", "\n".join([
-            f"## Scale-out: calibration study on {args.executor}", "",
-            (f"    .venv/bin/python benchmarks/scaleout_speed.py --n {args.n} --executor "
-             f"{args.executor} --write"), "",
+        command = (f"benchmarks/scaleout_speed.py --n {args.n} --warmup {args.warmup} --samples "
+                   f"{args.samples} --chains-on {args.chains_on} --executor {args.executor} "
+                   "--write")
+        chains = (f"chains in parallel on {CHAINS} host devices" if args.chains_on == "parallel"
+                  else "chains vectorised in one program")
+        heading = f"Scale-out: calibration study on {args.executor}, chains {args.chains_on}"
+        replace_section(heading, "\n".join([
+            f"## {heading}", "",
+            f"    .venv/bin/python {command}", "",
             (f"Reduced Form-3 NUTS calibration ({args.n} prior-drawn tables, {CHAINS} chains x "
-             f"1000 draws after 1000 warm-up steps, chains in parallel on {CHAINS} host devices) "
-             f"on {os.cpu_count()} cores, in one process:"), "",
-            "| run | wall (s) |", "|---|---|",
-            f"| serial | {t_serial:.0f} |",
-            f"| {args.executor} (incl. {t_start:.0f} s starting workers) | {t_par:.0f} |", "",
+             f"{args.samples} draws after {args.warmup} warm-up steps, {chains}) on "
+             f"{os.cpu_count()} cores, in one process:"), "",
+            "| run | wall (s) | CPU s per wall s (driver) |", "|---|---|---|",
+            f"| serial | {t_serial:.0f} | {cpu_serial / t_serial:.2f} |",
+            f"| {args.executor} (incl. {t_start:.0f} s starting workers) | {t_par:.0f} | - |", "",
             (f"Speed-up {ratio:.2f}x; {same} (fit times aside). Median posterior fit "
-             f"{fit_s:.0f} s (the serial run's `seconds` column)."),
+             f"{fit_s:.0f} s (the serial run's `seconds`)."),
         ]))
+    return 1 if differ else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -3,6 +3,7 @@ local cluster started for the executor's lifetime (``address=None``)."""
 from __future__ import annotations
 
 import os
+import sys
 
 import ray
 from ray.exceptions import WorkerCrashedError
@@ -13,6 +14,18 @@ from .base import Executor, ScaleoutError, WorkerDiedError
 def call(fn, x):
     """One job: ``fn(x)`` (``fn`` arrives resolved from the object store)."""
     return fn(x)
+
+
+def same_imports(runtime_env: dict | None) -> dict:
+    """``runtime_env`` with this process's ``sys.path`` as the workers' ``PYTHONPATH`` (unless it
+    sets one), so the workers of a cluster started here import the code this process imports. A
+    script that puts its checkout on ``sys.path`` would otherwise run another installed copy of
+    the packages in its workers (different code, different results) or fail to import them."""
+    runtime_env = dict(runtime_env or {})
+    env = dict(runtime_env.get("env_vars") or {})
+    env.setdefault("PYTHONPATH", os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)))
+    runtime_env["env_vars"] = env
+    return runtime_env
 
 
 class RayExecutor(Executor):
@@ -28,6 +41,7 @@ class RayExecutor(Executor):
         if self.owns_runtime:
             if address is None:
                 num_cpus = num_cpus or os.cpu_count()
+                runtime_env = same_imports(runtime_env)
             try:
                 ray.init(address=address, num_cpus=num_cpus, runtime_env=runtime_env,
                          include_dashboard=False, log_to_driver=True,
