@@ -10,7 +10,7 @@ import warnings
 import pandas as pd
 
 from . import checks, datasets, laws, plan
-from .bayes import fit_posterior, use_chain_devices
+from .bayes import fit_posterior, forecast_summary, use_chain_devices
 from .cli_input import check_writable, load_fit_file, load_posterior_file, parse_fixed, read_table
 from .errors import BayesScalingError, ConvergenceWarning
 from .fit import fit_map
@@ -155,10 +155,10 @@ def cmd_forecast(args) -> None:
             "--allow-unconverged to forecast anyway, labelled NOT CONVERGED")
     with step(f"forecast of {len(new)} rows"), warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # labelled below
-        fc = post.forecast(new, interval=args.interval, kind=args.kind, seed=args.seed)
+        fc = post.forecast(new, interval=args.interval, kind=args.kind, seed=args.seed,
+                           allow_unconverged=args.allow_unconverged)
     table = pd.concat([new.reset_index(drop=True), fc.reset_index(drop=True)], axis=1)
     if not post.ok:
-        table["posterior_status"] = "NOT CONVERGED"
         print(f"warning: {unconverged_label(post)}; forecast kept because of "
               "--allow-unconverged (column posterior_status)", file=sys.stderr)
     if args.out is not None:
@@ -166,6 +166,7 @@ def cmd_forecast(args) -> None:
         print(f"saved {args.out}")
     else:
         print(table.to_csv(index=False), end="")
+    print(forecast_summary(table), file=sys.stderr if args.out is None else sys.stdout)
     if args.figure:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)

@@ -410,14 +410,18 @@ def test_save_load_roundtrip(tmp_path, chin_nuts, chin_data):
     pd.testing.assert_frame_equal(back.forecast(chin_data, **ok), chin_nuts.forecast(chin_data, **ok))
 
 
-def test_commands_write_netcdf_and_forecast_csv(tmp_path, chin_data):
+def test_commands_write_netcdf_and_forecast_csv(tmp_path, chin_data, capsys):
     table = tmp_path / "t.csv"
     chin_data.to_csv(table, index=False)
-    out = tmp_path / "p.nc"
-    post = B.posterior_command("chinchilla", str(table), str(out), method="laplace")
-    assert out.exists() and post.ok
-    fc = B.forecast_command(str(out), str(table), 0.8)
-    assert {"N", "D", "mean", "lower", "upper"} <= set(fc.columns) and len(fc) == len(chin_data)
+    out, fc_out = tmp_path / "p.nc", tmp_path / "fc.csv"
+    assert main(["posterior", "--law", "chinchilla", str(table), "--method", "laplace",
+                 "--out", str(out)]) == 0
+    assert out.exists() and bs.load_posterior(out).ok
+    assert main(["forecast", str(out), str(table), "--interval", "0.8", "--out", str(fc_out)]) == 0
+    fc = pd.read_csv(fc_out)
+    assert {"N", "D", "mean", "lower", "upper", "extrapolated"} <= set(fc.columns)
+    assert len(fc) == len(chin_data) and not fc["extrapolated"].any()
+    assert "0 of %d rows extrapolate" % len(chin_data) in capsys.readouterr().out
 
 
 # --- comparison and plots --------------------------------------------------------------------------

@@ -45,7 +45,7 @@ Layout (each module one idea; data flows down the list):
 from ..errors import ConvergenceWarning, MultimodalWarning
 from ..laws import Coordinates
 from .api import fit_posterior
-from .commands import forecast_command, forecast_summary, posterior_command
+from .commands import forecast_summary
 from .coordinates import choose_blocks, level_coordinates, power_coordinates
 from .discrepancy import estimate_discrepancy, with_discrepancy
 from .distributions import (HUBER_C, FlatPrior, OnUnconstrained, huber_standard_sample,
@@ -65,10 +65,10 @@ __all__ = [
     "HUBER_C", "LIKELIHOODS", "Mode", "MultimodalWarning", "Observation", "OnUnconstrained",
     "Posterior", "RHAT_MAX", "SCALE", "STUDENT_DF", "Spec", "build_model", "choose_blocks",
     "data_pytree", "default_prior", "default_priors", "draw_prior", "estimate_discrepancy",
-    "extrapolation_distance", "fit_posterior", "forecast_command", "forecast_summary",
+    "extrapolation_distance", "fit_posterior", "forecast_summary",
     "huber_standard_sample",
     "level_coordinates", "load_posterior", "log_abs_det_jacobian", "log_scale",
-    "log_likelihood", "make_spec", "map_estimate", "plain_priors", "posterior_command", "power_coordinates",
+    "log_likelihood", "make_spec", "map_estimate", "plain_priors", "power_coordinates",
     "prior_given", "prior_loc_scale", "prior_order", "prior_table", "standard_noise",
     "use_chain_devices", "with_discrepancy",
 ]
