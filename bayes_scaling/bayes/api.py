@@ -77,9 +77,11 @@ def fit_posterior(
             tuple of :class:`Coordinates` (used as given). ``post.settings["coordinates"]``
             names the blocks sampled.
         n_starts: multi-start size of the mode search.
-        init: ``"map"`` (chains start near the modes, jittered by half their Laplace sd) or
-            ``"uniform"`` (NumPyro's default: uniform in (-2, 2) on the unconstrained scale).
-        whiten: sample ``z`` with ``s = s_hat + L z`` (``L L^T`` the Laplace covariance).
+        init: ``"map"`` (``num_chains`` chains per mode, started near it, jittered by half its
+            Laplace sd; see Returns) or ``"uniform"`` (one set of chains, NumPyro's default
+            start: uniform in (-2, 2) on the unconstrained scale).
+        whiten: sample ``z`` with ``s = s_hat + L z`` (``L L^T`` the Laplace covariance of the
+            mode the chains start at).
         dense_mass, target_accept, max_tree_depth: NUTS settings (the high default acceptance
             target keeps the step small enough for the curved, weakly identified posteriors of
             the PTPP laws on few PTPP levels; see docs/priors.md).
@@ -96,9 +98,15 @@ def fit_posterior(
             refused where it is used).
 
     Returns:
-        :class:`Posterior`. A failed diagnostic raises a :class:`ConvergenceWarning` saying which
-        parameter, what it means and what to try; several separated modes raise a
-        :class:`MultimodalWarning` and are listed in ``post.modes``.
+        :class:`Posterior`. With NUTS from the modes (``init="map"``), a posterior with several
+        separated modes is a weighted mixture: each mode's chains are diagnosed within the mode,
+        modes whose chains ended in another's basin are dropped as duplicates, the rest are
+        weighted by their bridge-sampled posterior mass (:func:`basin_log_masses`), and the stored
+        chains hold every mode's draws in proportion to its weight. ``post.modes`` lists the
+        modes with ``weight`` and their own R-hat, ESS and divergences;
+        ``post.diagnostics`` holds the worst of them (and ``modes``, one summary per mode).
+        A failed diagnostic raises a :class:`ConvergenceWarning` saying which parameter, what it
+        means and what to try; several modes raise a :class:`MultimodalWarning`.
     """
     check_fit_options(law, n_starts=n_starts, fixed=fixed, num_chains=num_chains,
                       num_warmup=num_warmup, num_samples=num_samples)

@@ -216,9 +216,9 @@ def sample_laplace(spec, data, mode: Mode, num_chains, num_samples, seed):
 
 @dataclass
 class Basins:
-    """A partition of the sampling space into the basins of the sampled modes: a point belongs to
-    the mode whose Gaussian (mean and covariance of that mode's draws) has the highest density
-    there."""
+    """A soft partition of the sampling space among the sampled modes: mode ``k`` owns the share
+    ``r_k(x) = g_k(x) / sum_j g_j(x)`` of every point, with ``g_k`` the Gaussian of its draws
+    (their mean and covariance); ``sum_k r_k = 1``. :meth:`assign` gives the largest share."""
 
     means: np.ndarray  # (K, d)
     chols: np.ndarray  # (K, d, d): Cholesky factors of the covariances
@@ -239,30 +239,36 @@ class Basins:
         half_logdet = np.sum(np.log(np.diag(self.chols[k])))
         return -0.5 * np.sum(z * z, 1) - half_logdet - 0.5 * x.shape[1] * math.log(2 * math.pi)
 
+    def log_shares(self, x):
+        """``log r_k(x)``: an array (K, n)."""
+        lg = np.stack([self.log_gauss(x, k) for k in range(len(self.means))])
+        return lg - np.logaddexp.reduce(lg, 0)
+
     def assign(self, x):
-        """Index of the basin of every row of ``x``."""
-        return np.argmax(np.stack([self.log_gauss(x, k) for k in range(len(self.means))]), 0)
+        """Index of the mode with the largest share of every row of ``x``."""
+        return np.argmax(self.log_shares(x), 0)
 
     def draw(self, k, n, rng):
         return self.means[k] + rng.standard_normal((n, self.means.shape[1])) @ self.chols[k].T
 
 
 def basin_log_masses(log_density, draws, rng, tol=1e-10, max_iter=1000):
-    """Log posterior mass of each mode's basin, by bridge sampling (Meng & Wong 1996, Eq. (4.1);
-    the iterative optimal bridge as in Gronau et al. 2017, "A tutorial on bridge sampling",
-    Eq. (10)).
+    """Log posterior mass of each mode, by bridge sampling (Meng & Wong 1996, Eq. (4.1); the
+    iterative optimal bridge as in Gronau et al. 2017, "A tutorial on bridge sampling", Eq. (10)).
 
     ``log_density`` maps an ``(n, d)`` array of points to the unnormalised log posterior;
-    ``draws[k]`` are posterior draws from mode ``k`` (its chains pooled). The space is cut into
-    basins (:class:`Basins`, fitted on the first half of each mode's draws); mode ``k``'s mass is
-    ``Z_k = integral of p over basin k``, estimated from the second half of its draws and as many
-    draws from its Gaussian, with ``p`` set to 0 outside the basin. The basins partition the
-    space, so the ``Z_k`` add up to the whole normalising constant whatever the modes' overlap,
-    and ``Z_k / sum Z`` is each mode's posterior probability. Unlike the Laplace mass, this is
-    exact in the limit of many draws for any shape of mode (skewed, heavy-tailed, banana).
+    ``draws[k]`` are posterior draws from mode ``k`` (its chains pooled). The modes share the
+    space softly (:class:`Basins`, fitted on the first half of each mode's draws); mode ``k``'s
+    mass is ``Z_k = integral of p r_k``, bridged between the second half of its draws and as
+    many draws from its Gaussian ``g_k``. The shares add up to 1, so the ``Z_k`` add up to the
+    whole normalising constant, and ``Z_k / sum Z`` is each mode's posterior probability. The
+    ratio bridged, ``p r_k / g_k = p / sum_j g_j``, stays bounded wherever some mode's Gaussian
+    covers the posterior (a hard cut would let one mode's Gaussian tail reach into another mode's
+    peak). Unlike the Laplace mass, this is exact in the limit of many draws whatever the shape
+    of a well-separated mode (skewed, heavy-tailed, curved).
 
     Returns:
-        (log_masses, basins): the log ``Z_k`` (unnormalised, like the density) and the partition.
+        (log_masses, basins): the log ``Z_k`` (unnormalised, like the density) and the shares.
     """
     halves = [(x[: len(x) // 2], x[len(x) // 2:]) for x in draws]
     basins = Basins.fit([h[0] for h in halves])
@@ -290,7 +296,7 @@ def basin_log_masses(log_density, draws, rng, tol=1e-10, max_iter=1000):
 
 
 def _log_ratio(log_density, basins, k, x):
-    """log p(x) - log g_k(x) where ``x`` lies in basin ``k``, -inf elsewhere."""
+    """``log p(x) r_k(x) - log g_k(x)`` (``-inf`` outside the support)."""
     lp = np.asarray(log_density(x), float)
-    inside = basins.assign(x) == k
-    return np.where(inside & np.isfinite(lp), lp - basins.log_gauss(x, k), -np.inf)
+    ratio = lp + basins.log_shares(x)[k] - basins.log_gauss(x, k)
+    return np.where(np.isfinite(lp), ratio, -np.inf)
