@@ -241,8 +241,11 @@ def combine_diagnostics(diags, weights) -> dict:
     out = {"method": "nuts", "thresholds": diags[0]["thresholds"]}
     for key, pick in (("max_rhat", max), ("min_ess_bulk", min), ("min_ess_tail", min),
                       ("min_bfmi", min), ("tree_depth_hits", max)):
-        vals = [d[key] for d in diags]
-        j = int(np.nanargmax(vals) if pick is max else np.nanargmin(vals))
+        vals = np.asarray([d[key] for d in diags], float)
+        if np.isnan(vals).all():  # undefined in every mode (e.g. one chain per mode)
+            j = 0
+        else:
+            j = int(np.nanargmax(vals) if pick is max else np.nanargmin(vals))
         out[key] = float(vals[j])
         worst = key.replace("max_", "worst_").replace("min_", "worst_")
         if worst in diags[j]:
