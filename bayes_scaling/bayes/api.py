@@ -18,9 +18,10 @@ from ..objective import data_hash
 from .distributions import FlatPrior, HUBER_C
 from .likelihood import STUDENT_DF
 from .model import pointwise_batch, theta_s_batch
-from .modes import find_modes, map_stage, sample_laplace
-from .nuts import (RHAT_MAX, chain_groups, jittered_inits, nuts_diagnostics, run_nuts,
-                   warn_diagnostics)
+from .model import log_joint_batch
+from .modes import Basins, basin_log_masses, find_modes, map_stage, sample_laplace
+from .nuts import (RHAT_MAX, chain_groups, combine_diagnostics, mixture_draws, nuts_diagnostics,
+                   run_modes, run_nuts, warn_diagnostics)
 from .posterior import Posterior
 from .priors import AtReference, log_scale, prior_loc_scale
 from .spec import data_pytree, make_spec
@@ -51,6 +52,7 @@ def fit_posterior(
     chain_method: str = "auto",
     progress_bar: bool = True,
     max_iter: int = 1000,
+    allow_unconverged: bool = False,
 ) -> Posterior:
     """Posterior of ``law``'s parameters given the loss table ``df``.
 
@@ -75,9 +77,11 @@ def fit_posterior(
             tuple of :class:`Coordinates` (used as given). ``post.settings["coordinates"]``
             names the blocks sampled.
         n_starts: multi-start size of the mode search.
-        init: ``"map"`` (chains start near the modes, jittered by half their Laplace sd) or
-            ``"uniform"`` (NumPyro's default: uniform in (-2, 2) on the unconstrained scale).
-        whiten: sample ``z`` with ``s = s_hat + L z`` (``L L^T`` the Laplace covariance).
+        init: ``"map"`` (``num_chains`` chains per mode, started near it, jittered by half its
+            Laplace sd; see Returns) or ``"uniform"`` (one set of chains, NumPyro's default
+            start: uniform in (-2, 2) on the unconstrained scale).
+        whiten: sample ``z`` with ``s = s_hat + L z`` (``L L^T`` the Laplace covariance of the
+            mode the chains start at).
         dense_mass, target_accept, max_tree_depth: NUTS settings (the high default acceptance
             target keeps the step small enough for the curved, weakly identified posteriors of
             the PTPP laws on few PTPP levels; see docs/priors.md).
@@ -89,14 +93,21 @@ def fit_posterior(
             benchmark this took 34 s against 55 s vectorized on 2 cores (BENCHMARKS.md).
         progress_bar: show NumPyro's progress bar while sampling.
         max_iter: L-BFGS iterations per start.
+        allow_unconverged: accept a posterior that fails its convergence checks for later use
+            (stored as ``post.settings["allow_unconverged"]``; a failed posterior is otherwise
+            refused where it is used).
 
     Returns:
-        :class:`Posterior`. A failed diagnostic raises a :class:`ConvergenceWarning` saying which
-        parameter, what it means and what to try; several separated modes raise a
-        :class:`MultimodalWarning` and are listed in ``post.modes``.
+        :class:`Posterior`. With NUTS from the modes (``init="map"``), a posterior with several
+        separated modes is a weighted mixture: each mode's chains are diagnosed within the mode,
+        modes whose chains ended in another's basin are dropped as duplicates, the rest are
+        weighted by their bridge-sampled posterior mass (:func:`basin_log_masses`), and the stored
+        chains hold every mode's draws in proportion to its weight. ``post.modes`` lists the
+        modes with ``weight`` and their own R-hat, ESS and divergences;
+        ``post.diagnostics`` holds the worst of them (and ``modes``, one summary per mode).
+        A failed diagnostic raises a :class:`ConvergenceWarning` saying which parameter, what it
+        means and what to try; several modes raise a :class:`MultimodalWarning`.
     """
-    import arviz as az
-
     check_fit_options(law, n_starts=n_starts, fixed=fixed, num_chains=num_chains,
                       num_warmup=num_warmup, num_samples=num_samples)
     t0 = time.perf_counter()
@@ -145,63 +156,37 @@ def fit_posterior(
             failed.append(f"{len(modes)} separated modes: a single Gaussian covers only the first")
             advice.append("use method='nuts' and inspect post.modes")
         diag.update(failed=failed, advice=advice, ok=not failed)
+    elif init == "map":
+        nuts_kw = dict(num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples,
+                       chain_method=chain_method, dense_mass=dense_mass,
+                       target_accept=target_accept, max_tree_depth=max_tree_depth,
+                       progress_bar=progress_bar)
+        runs = run_modes(spec, data, modes, whiten=whiten, rng=rng, seed=seed, **nuts_kw)
+        n_found = len(modes)
+        runs, modes, weights, mode_diags = _mixture(spec, data, vdf, runs, modes, rng,
+                                                    num_chains, max_tree_depth)
+        s, extra = mixture_draws(runs, weights)
     else:
-        if whiten:
-            center, chol = top.s, top.chol
-        else:
-            center, chol = np.zeros(d), np.eye(d)
-        if init == "map":
-            z0 = jittered_inits(spec, data, modes, center, chol, num_chains, rng)
-        else:
-            z0 = rng.uniform(-2.0, 2.0, (num_chains, d))
+        center, chol = (top.s, top.chol) if whiten else (np.zeros(d), np.eye(d))
+        z0 = rng.uniform(-2.0, 2.0, (num_chains, d))
         s, extra = run_nuts(spec, data, center, chol, z0, seed=seed, num_chains=num_chains,
-                             num_warmup=num_warmup, num_samples=num_samples,
-                             chain_method=chain_method, dense_mass=dense_mass,
-                             target_accept=target_accept, max_tree_depth=max_tree_depth,
-                             progress_bar=progress_bar)
-    C, D = s.shape[:2]
-    flat = jnp.asarray(s.reshape(C * D, d))
-    theta = theta_s_batch(spec)(flat, data["ref"])
-    n = len(vdf)
-    ll = np.asarray(pointwise_batch(spec)(theta, data)).reshape(C, D, -1)[..., :n]
-    posterior = {n: np.asarray(theta[n]).reshape(C, D) for n in spec.names}
-    cols = {law.column(v): np.asarray(vdf[law.column(v)], float)
-            for v in law.variables if law.column(v) in vdf}
-    sample_stats = None
-    if extra is not None:
-        steps = extra["num_steps"]
-        sample_stats = {
-            "diverging": extra["diverging"].astype(bool),
-            "energy": extra["energy"],
-            "lp": -extra["potential_energy"],
-            "n_steps": steps,
-            "tree_depth": np.floor(np.log2(np.maximum(steps, 1))).astype(int) + 1,
-            "acceptance_rate": extra["accept_prob"],
-            "step_size": extra["adapt_state.step_size"],
-        }
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        idata = az.from_dict(
-            posterior=posterior,
-            sample_stats=sample_stats,
-            log_likelihood={"y": ll},
-            observed_data={"y": np.asarray(data["y"])[:n]},
-            constant_data={**cols, "loss": np.asarray(vdf["loss"], float)},
-            coords={"row": np.arange(n)},
-            dims={"y": ["row"], **{k: ["row"] for k in cols}, "loss": ["row"]},
-        )
+                            num_warmup=num_warmup, num_samples=num_samples,
+                            chain_method=chain_method, dense_mass=dense_mass,
+                            target_accept=target_accept, max_tree_depth=max_tree_depth,
+                            progress_bar=progress_bar)
+        mode_diags = None
+    idata = _inference_data(spec, data, vdf, s, extra)
     if method == "nuts":
-        diag = nuts_diagnostics(idata, spec.names, num_chains, max_tree_depth)
-        groups = chain_groups(idata, spec.names) if diag["max_rhat"] > RHAT_MAX else [
-            list(range(num_chains))]
-        diag["chain_groups"] = groups
-        if len(groups) > 1:
-            diag["failed"].append(f"the chains split into {len(groups)} groups with different "
-                                  "means: the posterior looks multimodal (see post.modes)")
-            diag["ok"] = False
+        if mode_diags is None:
+            n_found, weights = len(modes), [1.0]
+            mode_diags = [_nuts_check(idata, spec, num_chains, max_tree_depth)]
+        diag = combine_diagnostics(mode_diags, weights)
+        diag["modes_found"] = n_found
     diag["seconds"] = time.perf_counter() - t0
     diag["seconds_modes"] = t_modes
     modes_df = _modes_table(spec, data, modes)
+    if method == "nuts":
+        modes_df = modes_df.join(pd.DataFrame(diag["modes"]))
     map_params = {k: float(v) for k, v in theta_map.items()}
     map_params.update(spec.fixed)
     if spec.scale is not None:
@@ -214,16 +199,102 @@ def fit_posterior(
         "coordinates": [b.name for b in spec.blocks], "num_chains": num_chains,
         "num_warmup": num_warmup, "num_samples": num_samples, "seed": seed, "n_starts": n_starts,
         "init": init, "whiten": whiten, "dense_mass": dense_mass, "target_accept": target_accept,
-        "max_tree_depth": max_tree_depth, "chain_method": chain_method, "n_rows": n,
+        "max_tree_depth": max_tree_depth, "chain_method": chain_method, "n_rows": len(vdf),
         "map_neg_log_post": neg_lp_map, "clipped": vdf.attrs.get("clipped", {}),
+        "allow_unconverged": bool(allow_unconverged),
     }
+    cols = [k for k in idata.constant_data.data_vars if k != "loss"]
     post = Posterior(law, idata, map_params, diag, modes_df, settings,
-                     data_hash(vdf, list(cols) + ["loss"]), spec)
+                     data_hash(vdf, cols + ["loss"]), spec)
     warn_diagnostics(law.name, diag)
-    if len(modes) > 1 and (method == "laplace" or len(diag.get("chain_groups", [])) > 1):
-        warnings.warn(f"the posterior of {law.name} has {len(modes)} separated modes:\n"
+    if len(modes) > 1:
+        how = ("a single Gaussian covers only the first" if method == "laplace" else
+               "the draws are their mixture, each mode weighted by its bridge-sampled mass")
+        warnings.warn(f"the posterior of {law.name} has {len(modes)} separated modes ({how}):\n"
                       f"{modes_df.to_string(max_cols=20)}", MultimodalWarning, stacklevel=2)
     return post
+
+
+def _mixture(spec, data, vdf, runs, modes, rng, num_chains, max_tree_depth):
+    """Diagnose each mode's chains within the mode, drop modes whose chains ended in another
+    mode's basin (one mode found twice), and weight the rest by their bridge-sampled mass.
+
+    Returns the kept ``(runs, modes, weights, diagnostics)``."""
+    d = len(spec.sampled)
+    keep = list(range(len(runs)))
+    while len(keep) > 1:
+        flat = [runs[k][0].reshape(-1, d) for k in keep]
+        basins = Basins.fit(flat)
+        own = [np.mean(basins.assign(x) == j) for j, x in enumerate(flat)]
+        if min(own) >= 0.5:
+            break
+        del keep[int(np.argmin(own))]
+    runs, modes = [runs[k] for k in keep], [modes[k] for k in keep]
+    if len(runs) > 1:
+        log_z, _ = basin_log_masses(lambda x: log_joint_batch(spec)(jnp.asarray(x), data),
+                                    [r[0].reshape(-1, d) for r in runs], rng)
+        weights = np.exp(log_z - np.logaddexp.reduce(log_z))
+    else:
+        weights = np.ones(1)
+    diags = [_nuts_check(_inference_data(spec, data, vdf, s, extra, loglik=False), spec,
+                         num_chains, max_tree_depth) for s, extra in runs]
+    return runs, modes, weights, diags
+
+
+def _nuts_check(idata, spec, num_chains, max_tree_depth):
+    """NUTS diagnostics of one mode's chains, with a split into disagreeing groups flagged."""
+    diag = nuts_diagnostics(idata, spec.names, num_chains, max_tree_depth)
+    groups = chain_groups(idata, spec.names) if diag["max_rhat"] > RHAT_MAX else [
+        list(range(num_chains))]
+    diag["chain_groups"] = groups
+    if len(groups) > 1:
+        diag["failed"].append(f"the chains split into {len(groups)} groups with different "
+                              "means: the posterior looks multimodal (see post.modes)")
+        diag["ok"] = False
+    return diag
+
+
+def _inference_data(spec, data, vdf, s, extra, loglik=True):
+    """ArviZ InferenceData of draws ``s`` (chains, draws, sampled dims) in natural coordinates,
+    with NUTS's sample stats (``extra``, or None), the pointwise log-likelihood (``loglik``), the
+    observations and the law's input columns."""
+    import arviz as az
+
+    law = spec.law
+    C, D, d = s.shape
+    theta = theta_s_batch(spec)(jnp.asarray(s.reshape(C * D, d)), data["ref"])
+    n = len(vdf)
+    posterior = {k: np.asarray(theta[k]).reshape(C, D) for k in spec.names}
+    sample_stats = None
+    if extra is not None:
+        steps = extra["num_steps"]
+        sample_stats = {
+            "diverging": extra["diverging"].astype(bool),
+            "energy": extra["energy"],
+            "lp": -extra["potential_energy"],
+            "n_steps": steps,
+            "tree_depth": np.floor(np.log2(np.maximum(steps, 1))).astype(int) + 1,
+            "acceptance_rate": extra["accept_prob"],
+            "step_size": extra["adapt_state.step_size"],
+        }
+    if not loglik:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            return az.from_dict(posterior=posterior, sample_stats=sample_stats)
+    ll = np.asarray(pointwise_batch(spec)(theta, data)).reshape(C, D, -1)[..., :n]
+    cols = {law.column(v): np.asarray(vdf[law.column(v)], float)
+            for v in law.variables if law.column(v) in vdf}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return az.from_dict(
+            posterior=posterior,
+            sample_stats=sample_stats,
+            log_likelihood={"y": ll},
+            observed_data={"y": np.asarray(data["y"])[:n]},
+            constant_data={**cols, "loss": np.asarray(vdf["loss"], float)},
+            coords={"row": np.arange(n)},
+            dims={"y": ["row"], **{k: ["row"] for k in cols}, "loss": ["row"]},
+        )
 
 
 def _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw, method):

@@ -196,3 +196,82 @@ def jittered_inits(spec, data, modes, center, chol, num_chains, rng, scale=0.5, 
             z = zm
         z0.append(z)
     return np.stack(z0)
+
+
+def run_modes(spec, data, modes, *, whiten, rng, seed, num_chains, **kw):
+    """``num_chains`` NUTS chains per mode, each mode's chains started there (jittered) and
+    whitened by its own Laplace covariance: one ``(s, extra)`` per mode (see :func:`run_nuts`)."""
+    d = len(spec.sampled)
+    out = []
+    for k, m in enumerate(modes):
+        center, chol = (m.s, m.chol) if whiten else (np.zeros(d), np.eye(d))
+        z0 = jittered_inits(spec, data, [m], center, chol, num_chains, rng)
+        out.append(run_nuts(spec, data, center, chol, z0, seed=seed + k, num_chains=num_chains,
+                            **kw))
+    return out
+
+
+def mixture_draws(runs, weights):
+    """Pool the modes' draws in proportion to ``weights``: chain ``c`` of the result holds, for
+    every mode ``k``, ``round(w_k D)`` draws evenly thinned from mode ``k``'s chain ``c`` (largest
+    remainders make the counts add up to ``D``), interleaved in order so that every stretch of a
+    chain holds the modes in proportion (split R-hat then compares like with like). Returns
+    ``(s, extra)`` shaped like one run's."""
+    D = runs[0][0].shape[1]
+    w = np.asarray(weights, float) / np.sum(weights)
+    counts = np.floor(w * D).astype(int)
+    counts[np.argsort(-(w * D - counts))[:D - counts.sum()]] += 1
+    idx = [np.linspace(0, D - 1, n).round().astype(int) for n in counts]
+    order = np.argsort(np.concatenate([(np.arange(n) + 0.5) / n for n in counts]), kind="stable")
+
+    def pool(arrays):
+        return np.concatenate([a[:, i] for a, i in zip(arrays, idx)], 1)[:, order]
+
+    s = pool([r[0] for r in runs])
+    extra = {key: pool([r[1][key] for r in runs]) for key in runs[0][1]}
+    return s, extra
+
+
+def combine_diagnostics(diags, weights) -> dict:
+    """One diagnostics dict for a mixture of modes: the worst value over the sampled modes (each
+    computed within its mode), every mode's failures prefixed with its index, and ``modes``: a
+    summary per mode with its weight."""
+    if len(diags) == 1:
+        return {**diags[0], "modes": [_mode_summary(diags[0], 1.0)]}
+    out = {"method": "nuts", "thresholds": diags[0]["thresholds"]}
+    for key, pick in (("max_rhat", max), ("min_ess_bulk", min), ("min_ess_tail", min),
+                      ("min_bfmi", min), ("tree_depth_hits", max)):
+        vals = np.asarray([d[key] for d in diags], float)
+        if np.isnan(vals).all():  # undefined in every mode (e.g. one chain per mode)
+            j = 0
+        else:
+            j = int(np.nanargmax(vals) if pick is max else np.nanargmin(vals))
+        out[key] = float(vals[j])
+        worst = key.replace("max_", "worst_").replace("min_", "worst_")
+        if worst in diags[j]:
+            out[worst] = f"{diags[j][worst]} (mode {j})"
+    out["divergences"] = int(sum(d["divergences"] for d in diags))
+    per = {}
+    for d in diags:
+        for p, v in d["per_param"].items():
+            q = per.setdefault(p, dict(v))
+            q["r_hat"] = _pick(max, q["r_hat"], v["r_hat"])
+            q["ess_bulk"] = _pick(min, q["ess_bulk"], v["ess_bulk"])
+            q["ess_tail"] = _pick(min, q["ess_tail"], v["ess_tail"])
+    out["per_param"] = per
+    out["failed"] = [f"mode {k}: {f}" for k, d in enumerate(diags) for f in d["failed"]]
+    out["advice"] = [a for d in diags for a in d["advice"]]
+    out["ok"] = not out["failed"]
+    out["modes"] = [_mode_summary(d, w) for d, w in zip(diags, weights)]
+    return out
+
+
+def _pick(fn, a, b):
+    """``fn(a, b)`` over the defined values (a diagnostic read back from JSON may be None)."""
+    vals = [v for v in (a, b) if v is not None and np.isfinite(v)]
+    return fn(vals) if vals else None
+
+
+def _mode_summary(d, weight):
+    return {"weight": float(weight), "max_rhat": d["max_rhat"], "min_ess_bulk": d["min_ess_bulk"],
+            "min_ess_tail": d["min_ess_tail"], "divergences": d["divergences"], "ok": d["ok"]}

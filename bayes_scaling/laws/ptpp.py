@@ -162,8 +162,11 @@ def gate_slope_coordinates(beta="beta", lam="lam", zeta="zeta", variable="ptpp",
     ``kappa zeta < 0``. With ``zeta`` sampled as itself, points with ``kappa zeta >= 0`` are
     outside the support, and a NUTS trajectory can step across ``zeta = 0`` into them (a
     divergence). With ``sign`` (``-sign(kappa)`` at the posterior mode, chosen by
-    :func:`gate_coordinates`' switch for NUTS), ``zeta = sign exp(gate_log_abs_zeta)``: the
-    coordinates then cover exactly the support. The map to ``lam`` is singular at a flat gate
+    :func:`gate_coordinates`' switch for NUTS), ``zeta = sign exp(gate_log_abs_zeta)`` and the
+    slope is sampled as ``log |kappa|`` (a Param bounded at 0 on the side of its sign): the
+    coordinates then cover exactly the support. Sampling ``kappa`` itself left a wall at
+    ``kappa = 0`` (``lam = 0``, where the posterior density is not 0): on the bible_ptpp target
+    rows at PTPP 15/31, 358 divergent transitions, concentrated near the wall. The map to ``lam`` is singular at a flat gate
     (``zeta = 0``), which is why these are used only when the slope at the mode is clearly away
     from 0.
     """
@@ -191,8 +194,15 @@ def gate_slope_coordinates(beta="beta", lam="lam", zeta="zeta", variable="ptpp",
         return {"gate_log_exponent": jnp.log(p[beta]) + jnp.log1p(-g), "gate_slope": kappa,
                 zname: jnp.log(jnp.abs(z)) if log_zeta else z}
 
+    slope_doc = "d log beta_eff / d log v at the centre"
+    if not log_zeta:
+        slope = Param("gate_slope", init=(-0.5, 0.5), doc=slope_doc)
+    elif sign > 0:  # zeta > 0: the slope is negative, sampled as log(-kappa)
+        slope = Param("gate_slope", -INF, 0.0, (-0.5, -1e-3), doc=slope_doc)
+    else:
+        slope = Param("gate_slope", 0.0, INF, (1e-3, 0.5), doc=slope_doc)
     coords = (Param("gate_log_exponent", init=(-3.0, 0.0), doc="log beta_eff at the centre"),
-              Param("gate_slope", init=(-0.5, 0.5), doc="d log beta_eff / d log v at the centre"),
+              slope,
               Param(zname, init=(-3.0, 1.0), doc="log |zeta| (zeta's sign fixed)") if log_zeta
               else zeta)
     return Coordinates("gate_slope", (beta, lam, zeta), coords, to_params, from_params, ref,

@@ -1,0 +1,123 @@
+"""Posteriors that converge with default settings, and multimodal posteriors as weighted mixtures.
+
+- the mode weights (bridge sampling over a partition of the space into basins) are checked on
+  targets whose weights are known exactly: a two-component density with one skewed component, and
+  a law whose likelihood cannot tell the sign of a parameter while its prior puts a known share
+  of its mass on each sign;
+- a small real table (Chinchilla on one of Gadre et al.'s training sets) converges with defaults.
+"""
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+import numpyro.distributions as dist
+from numpyro.distributions import constraints
+
+import bayes_scaling as bs
+from bayes_scaling.bayes.modes import basin_log_masses
+from bayes_scaling.laws import Law, Param
+
+
+def test_bridge_sampling_weights_a_two_component_density_exactly():
+    """0.25 of a Gaussian and 0.75 of a skewed (log-normal) component: the weights and the total
+    mass are recovered from draws of each component, where a Gaussian at each mode is not."""
+    w, offset = 0.25, 7.0
+    gauss = stats.multivariate_normal([-4.0, 0.0], [[1.0, 0.5], [0.5, 1.0]])
+
+    def log_p(x):
+        xb = np.maximum(x[:, 0] - 2.5, 1e-300)
+        skew = np.where(x[:, 0] > 2.5, stats.norm(0, 0.6).logpdf(np.log(xb)) - np.log(xb),
+                        -np.inf) + stats.norm(0, 2).logpdf(x[:, 1])
+        return np.logaddexp(np.log(w) + gauss.logpdf(x), np.log(1 - w) + skew) + offset
+
+    rng = np.random.default_rng(0)
+    a = gauss.rvs(2000, random_state=rng)
+    b = np.c_[2.5 + np.exp(0.6 * rng.standard_normal(2000)), 2 * rng.standard_normal(2000)]
+    log_z, basins = basin_log_masses(log_p, [a, b], rng)
+    weights = np.exp(log_z - np.logaddexp.reduce(log_z))
+    assert abs(weights[0] - w) < 0.02
+    assert abs(np.logaddexp.reduce(log_z) - offset) < 0.03
+    assert np.mean(basins.assign(a) == 0) > 0.99 and np.mean(basins.assign(b) == 1) > 0.99
+
+
+class SignSkewed(dist.Distribution):
+    """``|z| ~ HalfNormal(scale)`` with ``P(z > 0) = p_pos``: the density is ``2 p_pos N(z; 0,
+    scale)`` for ``z > 0`` and ``2 (1 - p_pos) N(z; 0, scale)`` below."""
+
+    support = constraints.real
+
+    def __init__(self, p_pos, scale):
+        self.p_pos, self.scale = p_pos, scale
+        super().__init__()
+
+    def log_prob(self, z):
+        side = jnp.where(z > 0, jnp.log(self.p_pos), jnp.log1p(-self.p_pos))
+        return side + jnp.log(2.0) + dist.Normal(0.0, self.scale).log_prob(z)
+
+
+def _squared_exponent(p, x):
+    return p["E"] + p["A"] * jnp.exp(-p["z"] ** 2 * jnp.log(x["N"]))
+
+
+SIGNLESS = Law(  # the likelihood sees z only through z^2: two mirror-image modes
+    name="squared_exponent_test_law",
+    params=(Param("E", 0.0, np.inf, (0.5, 3.0)), Param("A", 0.0, np.inf, (1.0, 1e3), True),
+            Param("z", -np.inf, np.inf, (-1.5, 1.5))),
+    variables=("N",),
+    fn=_squared_exponent,
+)
+
+
+@pytest.fixture(scope="module")
+def signless_table():
+    N = np.geomspace(1e3, 1e6, 30)
+    rng = np.random.default_rng(1)
+    clean = np.asarray(SIGNLESS(dict(E=1.5, A=30.0, z=0.6), {"N": jnp.asarray(N)}))
+    return pd.DataFrame({"N": N, "loss": clean * np.exp(0.01 * rng.standard_normal(len(N)))})
+
+
+@pytest.fixture(scope="module")
+def signless_posterior(signless_table):
+    with pytest.warns(bs.MultimodalWarning, match="mixture"):
+        return bs.fit_posterior(SIGNLESS, signless_table, priors={"z": SignSkewed(0.7, 1.0)},
+                                num_chains=2, num_warmup=500, num_samples=1000,
+                                progress_bar=False, seed=0)
+
+
+def test_a_sign_symmetric_posterior_is_a_mixture_with_the_known_weights(signless_posterior):
+    post = signless_posterior
+    modes = post.modes.sort_values("z")
+    assert len(modes) == 2 and modes["z"].iloc[0] < 0 < modes["z"].iloc[1]
+    assert abs(modes["weight"].iloc[1] - 0.7) < 0.03  # exactly 0.7 in the posterior
+    z = post.draws("z")
+    assert abs(np.mean(z > 0) - 0.7) < 0.03
+    # each mode converged within itself; the pooled chains agree, so nothing looks unmixed
+    assert post.ok and len(post.diagnostics["modes"]) == 2
+    assert all(m["ok"] for m in post.diagnostics["modes"])
+    assert post.summary()["r_hat"].max() <= 1.01
+
+
+def test_allow_unconverged_is_recorded(signless_posterior, signless_table):
+    assert signless_posterior.settings["allow_unconverged"] is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        post = bs.fit_posterior(SIGNLESS, signless_table, method="laplace",
+                                allow_unconverged=True)
+    # one Gaussian cannot represent two modes: failed, and kept because the caller said so
+    assert not post.ok and post.settings["allow_unconverged"] is True
+
+
+def test_chinchilla_on_a_small_real_table_converges_with_defaults():
+    """Gadre et al.'s C4-trained models evaluated on C4, up to 4x the Chinchilla budget: 22 rows."""
+    df = bs.datasets.load("gadre_overtraining").query(
+        "train_set == 'c4_original' and domain == 'c4_val' and chinchilla_multiplier <= 4")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bs.MultimodalWarning)
+        post = bs.fit_posterior("chinchilla", df, progress_bar=False)
+    d = post.diagnostics
+    assert d["max_rhat"] <= 1.01 and d["min_ess_bulk"] >= 400 and d["divergences"] == 0
+    assert post.ok
