@@ -84,8 +84,9 @@ def coverage_report(df: pd.DataFrame) -> dict:
 
 def posterior(law, df, *, seed=0, kind="auto", posterior_kw=None):
     """(posterior, label): ``bs.fit_posterior`` with NUTS (``kind`` "auto" or "nuts") or its
-    Laplace approximation (``kind="laplace"``)."""
-    kw = {"progress_bar": False, **(posterior_kw or {})}
+    Laplace approximation (``kind="laplace"``). A posterior that fails its checks stays usable
+    (``allow_unconverged=True``): every analysis states the checks (:func:`diagnostics_note`)."""
+    kw = {"progress_bar": False, "allow_unconverged": True, **(posterior_kw or {})}
     if kind == "laplace":
         kw["method"] = "laplace"
     elif kind not in ("auto", "nuts"):
@@ -112,6 +113,7 @@ def cached_posterior(law, df, path, *, seed=0, kind="auto", posterior_kw=None):
     meta = path.with_suffix(".json")
     if path.exists() and meta.exists() and json.loads(meta.read_text()) == key:
         post = bs.load_posterior(path, law)
+        post.settings["allow_unconverged"] = True  # labelled by diagnostics_note
         return post, f"bs.fit_posterior ({post.settings.get('method', 'nuts')}, cached)"
     post, how = posterior(law, df, seed=seed, kind=kind, posterior_kw=posterior_kw)
     post.save(path)

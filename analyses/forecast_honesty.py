@@ -285,9 +285,6 @@ def fit_unit(job) -> list[tuple[dict, pd.DataFrame | None]]:
         return [({**base, "variant": v, "status": "skipped", "reason": unit.skip}, None)
                 for v in variants]
     t0 = time.perf_counter()
-    # compiled programs persist across the worker processes and reruns (as in scalebench.py)
-    jax.config.update("jax_compilation_cache_dir", os.environ.get(
-        "JAX_COMPILATION_CACHE_DIR", str(Path.home() / ".cache" / "bayes_scaling" / "jax")))
     fixed = dict(unit.fixed)
     try:
         law = resolve_law(unit.law)
@@ -595,6 +592,11 @@ def summarise(units, variants, method, command, seconds=None) -> str:
 
 
 def main(argv=None) -> int:
+    # Compiled programs persist across reruns and the worker processes (which inherit the
+    # environment); set here, not at import, so importing the module changes nothing.
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                          str(Path.home() / ".cache" / "bayes_scaling" / "jax"))
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one split per dataset")
     ap.add_argument("--nuts", action="store_true", help="NUTS posteriors instead of Laplace")

@@ -38,7 +38,10 @@ SEPARATE = {"scalebench": "python analyses/scalebench.py --executor local --work
                                 "loaded 2-core machine, several times that with the rehearsal "
                                 "of the default intervals: hours; resumable: one cached result "
                                 "per dataset, split, law and predictive; --summary rewrites "
-                                "summary.md)"}
+                                "summary.md)",
+            "m3_figures": "nice -n 10 python analyses/m3_figures.py [--only SECTION] (figures 2, "
+                          "4-9, 13-14, Table 16 and the Pareto front; Table 16 alone is over an "
+                          "hour of 50-start fits on 2 cores)"}
 
 
 def scripts() -> list[Path]:

@@ -29,10 +29,6 @@ import pandas as pd
 import bayes_scaling as bs
 from scaleout import get_executor
 
-# Compiled refit programs persist across the worker processes and reruns.
-jax.config.update("jax_compilation_cache_dir", os.environ.get(
-    "JAX_COMPILATION_CACHE_DIR", str(Path.home() / ".cache" / "bayes_scaling" / "jax")))
-
 OUT = Path(__file__).resolve().parent / "out" / "scalebench"
 RESULTS = OUT / "results.csv"
 KEY = ["task", "law", "method", "seed"]
@@ -210,6 +206,11 @@ def speed(data_dir):
 
 
 def main(argv=None):
+    # Compiled programs persist across reruns and the worker processes (which inherit the
+    # environment); set here, not at import, so importing the module changes nothing.
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                          str(Path.home() / ".cache" / "bayes_scaling" / "jax"))
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--seeds", default="0-9")
