@@ -592,11 +592,6 @@ def summarise(units, variants, method, command, seconds=None) -> str:
 
 
 def main(argv=None) -> int:
-    # Compiled programs persist across reruns and the worker processes (which inherit the
-    # environment); set here, not at import, so importing the module changes nothing.
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
-                          str(Path.home() / ".cache" / "bayes_scaling" / "jax"))
-    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one split per dataset")
     ap.add_argument("--nuts", action="store_true", help="NUTS posteriors instead of Laplace")
@@ -624,4 +619,10 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    # Compiled programs persist across reruns and the worker processes (which inherit the
+    # environment); only when run as a script, so importing it or calling main (tests) does not
+    # change the process's compiler.
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                          str(Path.home() / ".cache" / "bayes_scaling" / "jax"))
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
     sys.exit(main())

@@ -206,11 +206,6 @@ def speed(data_dir):
 
 
 def main(argv=None):
-    # Compiled programs persist across reruns and the worker processes (which inherit the
-    # environment); set here, not at import, so importing the module changes nothing.
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
-                          str(Path.home() / ".cache" / "bayes_scaling" / "jax"))
-    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--seeds", default="0-9")
@@ -234,4 +229,10 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    # Compiled programs persist across reruns and the worker processes (which inherit the
+    # environment); only when run as a script, so importing it or calling main (tests) does not
+    # change the process's compiler.
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                          str(Path.home() / ".cache" / "bayes_scaling" / "jax"))
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
     sys.exit(main())

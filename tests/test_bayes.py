@@ -12,6 +12,7 @@ import pytest
 
 import bayes_scaling as bs
 from bayes_scaling import bayes as B
+from bayes_scaling.cli import main
 from bayes_scaling.laws import ptpp
 from bayes_scaling.objective import huber_log_normaliser
 

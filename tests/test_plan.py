@@ -7,6 +7,7 @@ Delta L_src <= delta  <=>  D >= (B r^nu / (L0 + delta - E - A/N^alpha - C/(r+eps
 import importlib
 import json
 import math
+import re
 
 import arviz as az
 import numpy as np
@@ -542,8 +543,10 @@ def test_plan_command_refuses_extrapolation_and_wrong_laws(tmp_path, capsys):
     assert cli_main(args + ["--allow-extrapolation"]) == 0
     out = capsys.readouterr().out
     assert "replay=" in out and "EXTRAPOLATED beyond the fitted data" in out
-    # the default replay search is the fitted range: [0.05, 0.5], not [0, 1]
-    assert "replay=5.0%" in out
+    # the default replay search is the fitted range: [0.05, 0.5], not [0, 1] (the exact replay
+    # depends on the widened draws beyond the data, docs/forecasting.md)
+    replays = [float(m) for m in re.findall(r"replay=([0-9.]+)%", out)]
+    assert replays and all(5.0 - 1e-9 <= r <= 50.0 + 1e-9 for r in replays)
 
     chin = bs.laws.get("chinchilla")
     saved_posterior(tmp_path / "c.nc", chin, {k: TGT[k] for k in chin.param_names}, rows)
