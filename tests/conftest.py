@@ -1,3 +1,6 @@
+import gc
+
+import jax
 import numpy as np
 import pandas as pd
 import pytest
@@ -41,3 +44,13 @@ def simulate(law, grid, params=None, noise=0.002, seed=0):
 def epoch():
     df = bs.datasets.load("chinchilla_epoch")
     return df, df[df["epoch_kept"]].reset_index(drop=True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop JAX's compiled programs after each test module. The suite compiles thousands of
+    programs; kept alive in one process their code mappings accumulate until the compiler
+    aborts late in the run. Programs a later module needs are compiled again."""
+    yield
+    jax.clear_caches()
+    gc.collect()
