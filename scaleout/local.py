@@ -6,6 +6,7 @@ import concurrent.futures as cf
 import multiprocessing as mp
 import os
 import signal
+from contextlib import contextmanager
 from concurrent.futures.process import BrokenProcessPool
 
 from .base import Executor, ScaleoutError, WorkerDiedError
@@ -18,10 +19,23 @@ class SerialExecutor(Executor):
         return [fn(x) for x in items]
 
 
+@contextmanager
+def _sigint_blocked():
+    """Ctrl-C reaches the whole process group; only the parent reacts to it and stops the
+    workers. A worker starts (the pool spawns it inside ``submit``) with SIGINT blocked, so a
+    Ctrl-C that arrives while it is still importing stays pending instead of raising there; the
+    parent's own pending Ctrl-C is delivered when the block ends."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def _start_worker(initializer, initargs) -> None:
-    # Ctrl-C reaches the whole process group; only the parent reacts to it and stops the workers,
-    # so a worker never prints a KeyboardInterrupt traceback of its own.
+    # ignoring SIGINT discards one that arrived during start-up; then it may be unblocked
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if initializer is not None:
         initializer(*initargs)
 
@@ -47,10 +61,14 @@ class LocalExecutor(Executor):
                                                initargs=(self.initializer, self.initargs))
         return self.pool
 
+    def _submit(self, fn, x) -> cf.Future:
+        with _sigint_blocked():  # the pool starts worker processes here, on demand
+            return self._pool().submit(fn, x)
+
     def submit_iter(self, fn, items):
         items = list(items)
         attempts = [0] * len(items)
-        pending = {self._pool().submit(fn, x): i for i, x in enumerate(items)}
+        pending = {self._submit(fn, x): i for i, x in enumerate(items)}
         try:
             while pending:
                 done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
@@ -75,7 +93,7 @@ class LocalExecutor(Executor):
                                 f"job {i} lost its worker process {attempts[i]} times; giving up "
                                 f"(max_retries={self.max_retries}). If workers die at start, "
                                 "guard the script's code with `if __name__ == '__main__':`")
-                        pending[self._pool().submit(fn, items[i])] = i
+                        pending[self._submit(fn, items[i])] = i
         except BaseException:
             self._discard_pool()
             raise

@@ -132,15 +132,23 @@ def test_bad_settings_are_named():
 
 
 def test_ctrl_c_stops_local_pool_cleanly(tmp_path):
-    """SIGINT to the process group (what a terminal's Ctrl-C sends) while jobs run: the program
-    stops at once, with no worker traceback and no leaked semaphore."""
+    """SIGINT to the process group (what a terminal's Ctrl-C sends) while one job runs and the
+    other worker is still starting (importing the script): the program stops at once, with no
+    worker traceback and no leaked semaphore."""
     script = tmp_path / "run.py"
     script.write_text(textwrap.dedent(f"""
-        import sys, time
+        import os, signal, sys, time
         from pathlib import Path
         sys.path.insert(0, {str(TESTS)!r})
         from scaleout import get_executor
         from test_scaleout import sleep_job
+        if __name__ == "__mp_main__":  # a worker importing the script: all but the first stall
+            try:
+                os.close(os.open({str(tmp_path / "first")!r}, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+                Path({str(tmp_path / "starting")!r}).write_text(str(blocked))
+                time.sleep(60)
         if __name__ == "__main__":
             try:
                 with get_executor("local", workers=2) as ex:
@@ -152,8 +160,8 @@ def test_ctrl_c_stops_local_pool_cleanly(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
-    for _ in range(600):  # until a job is running
-        if list(tmp_path.glob("started-*")):
+    for _ in range(600):  # until a job is running and the other worker is stalled
+        if list(tmp_path.glob("started-*")) and (tmp_path / "starting").exists():
             break
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGINT)
@@ -161,6 +169,8 @@ def test_ctrl_c_stops_local_pool_cleanly(tmp_path):
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "leaked" not in err, err
     assert err.strip() == "interrupted"
+    # the stalled worker could not have raised KeyboardInterrupt while importing
+    assert (tmp_path / "starting").read_text() == "True"
 
 
 def sleep_job(tmp):
