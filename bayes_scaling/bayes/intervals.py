@@ -225,8 +225,8 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
         r = np.log(np.asarray(test["loss"], float)) - np.nanmedian(y, 0)
         out.append(pd.DataFrame({"row": np.flatnonzero(~inner), "cut": q, "r": r,
                                  "v0": np.nanvar(y, 0), "d": d}))
-    cols = ["row", "cut", "r", "v0", "d"]
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=cols)
+    empty = pd.DataFrame({c: np.array([], float) for c in ("row", "cut", "r", "v0", "d")})
+    return pd.concat(out, ignore_index=True) if out else empty
 
 
 def tau_posterior(rows: pd.DataFrame) -> dict:
@@ -238,8 +238,8 @@ def tau_posterior(rows: pd.DataFrame) -> dict:
     prior. Returns ``{"p": [...], "tau": [...], "w": [...]}`` over the grid points of non-negligible
     weight (JSON-serialisable), plus ``n_rows`` (distinct training rows used).
     """
-    ok = np.isfinite(rows["r"]) & np.isfinite(rows["v0"]) if len(rows) else np.array([], bool)
-    rows = rows[ok]
+    rows = rows.astype({k: float for k in ("r", "v0", "d")})  # an empty part may be untyped
+    rows = rows[np.isfinite(rows["r"]) & np.isfinite(rows["v0"])]
     w = 1.0 / rows.groupby("row")["row"].transform("count").to_numpy(float) if len(rows) else []
     r2, v0, d = (rows[k].to_numpy(float) for k in ("r", "v0", "d")) if len(rows) else ([],) * 3
     r2 = np.asarray(r2) ** 2
