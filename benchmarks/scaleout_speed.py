@@ -73,6 +73,12 @@ def main(argv=None):
         parallel, t_par, _ = run(args.n, ex, fit_kwargs)
     t_par += t_start
     print(f"{args.executor}: {t_par:.0f} s (of which {t_start:.0f} s starting the workers)")
+    for name, table in (("serial", serial), (args.executor, parallel)):
+        if "error" in table:  # a fit that raised is a row with its error, not a timing
+            failed = table.dropna(subset=["error"])
+            print(f"{name}: {len(failed)} of {len(table)} fits raised:\n"
+                  + failed[["dataset", "error"]].to_string(index=False))
+            return 1
     a, b = serial.drop(columns="seconds"), parallel.drop(columns="seconds")
     differ = [int(i) for i in serial["dataset"] if not a.iloc[[i]].equals(b.iloc[[i]])]
     same = f"datasets whose rows differ: {differ}" if differ else "per-dataset tables identical"
