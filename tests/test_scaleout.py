@@ -196,3 +196,43 @@ def test_error_in_caller_stops_running_jobs(tmp_path):
     (marker,) = tmp_path.glob("nap600-*")
     with pytest.raises(ProcessLookupError):  # its worker process is gone
         os.kill(int(marker.name.split("-")[1]), 0)
+
+
+def test_ctrl_c_stops_ray_cleanly(tmp_path):
+    """The same on a local Ray cluster started by the executor: exit at once, no traceback, and
+    no process of the cluster (raylet, GCS, workers) left running in the program's group."""
+    pytest.importorskip("ray")
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(TESTS)!r})
+        from scaleout import get_executor
+        from test_scaleout import sleep_job
+        if __name__ == "__main__":
+            try:
+                with get_executor("ray", num_cpus=2) as ex:
+                    ex.map(sleep_job, [{str(tmp_path)!r}] * 6)
+            except KeyboardInterrupt:
+                print("interrupted", file=sys.stderr)
+                sys.exit(130)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    for _ in range(1200):  # until a job is running (the cluster takes seconds to start)
+        if list(tmp_path.glob("started-*")):
+            break
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "leaked" not in err, err
+    assert err.strip().endswith("interrupted"), err
+    for _ in range(100):  # the cluster's processes end with the driver
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("processes of the program's group outlived it")
