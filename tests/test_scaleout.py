@@ -131,42 +131,61 @@ def test_bad_settings_are_named():
         get_executor(3)
 
 
-def test_ctrl_c_stops_local_pool_cleanly(tmp_path):
-    """SIGINT to the process group (what a terminal's Ctrl-C sends) while one job runs and the
-    other worker is still starting (importing the script): the program stops at once, with no
-    worker traceback and no leaked semaphore."""
+def interrupt(tmp_path, executor: str, ready: list[str], worker_code: str = ""):
+    """Runs ``sleep_job`` six times under ``get_executor(executor)`` in a program of its own,
+    sends SIGINT to its process group (what a terminal's Ctrl-C sends) once the files ``ready``
+    (globs in ``tmp_path``) exist, and returns ``(returncode, stderr)`` once it has ended.
+    ``worker_code`` runs in every spawned worker while it imports the program."""
+    worker = textwrap.indent(textwrap.dedent(worker_code).strip() or "pass", "    ")
     script = tmp_path / "run.py"
-    script.write_text(textwrap.dedent(f"""
-        import os, signal, sys, time
-        from pathlib import Path
-        sys.path.insert(0, {str(TESTS)!r})
-        from scaleout import get_executor
-        from test_scaleout import sleep_job
-        if __name__ == "__mp_main__":  # a worker importing the script: all but the first stall
-            try:
-                os.close(os.open({str(tmp_path / "first")!r}, os.O_CREAT | os.O_EXCL))
-            except FileExistsError:
-                blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
-                Path({str(tmp_path / "starting")!r}).write_text(str(blocked))
-                time.sleep(60)
-        if __name__ == "__main__":
-            try:
-                with get_executor("local", workers=2) as ex:
-                    ex.map(sleep_job, [{str(tmp_path)!r}] * 6)
-            except KeyboardInterrupt:
-                print("interrupted", file=sys.stderr)
-                sys.exit(130)
-    """))
+    script.write_text("\n".join([
+        "import os, signal, sys, time",
+        "from pathlib import Path",
+        f"sys.path.insert(0, {str(TESTS)!r})",
+        "from scaleout import get_executor",
+        "from test_scaleout import sleep_job",
+        'if __name__ == "__mp_main__":',
+        worker,
+        'if __name__ == "__main__":',
+        "    try:",
+        f"        with get_executor({executor}) as ex:",
+        f"            ex.map(sleep_job, [{str(tmp_path)!r}] * 6)",
+        "    except KeyboardInterrupt:",
+        '        print("interrupted", file=sys.stderr)',
+        "        sys.exit(130)", ""]))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
-    for _ in range(600):  # until a job is running and the other worker is stalled
-        if list(tmp_path.glob("started-*")) and (tmp_path / "starting").exists():
+    for _ in range(1200):  # until the jobs are where the test wants them (a cluster takes seconds)
+        if all(list(tmp_path.glob(g)) for g in ready):
             break
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    _, err = proc.communicate(timeout=120)
+    for _ in range(100):  # every process of the program's group ends with it
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("processes of the program's group outlived it")
+    return proc.returncode, err
+
+
+def test_ctrl_c_stops_local_pool_cleanly(tmp_path):
+    """Ctrl-C while one job runs and the other worker is still starting (importing the script):
+    the program stops at once, with no worker traceback and no leaked semaphore."""
+    stall = f"""
+        try:  # all workers but the first stall while importing
+            os.close(os.open({str(tmp_path / "first")!r}, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            Path({str(tmp_path / "starting")!r}).write_text(str(blocked))
+            time.sleep(60)
+    """
+    code, err = interrupt(tmp_path, '"local", workers=2', ["started-*", "starting"], stall)
+    assert code == 130, err
     assert "Traceback" not in err and "leaked" not in err, err
     assert err.strip() == "interrupted"
     # the stalled worker could not have raised KeyboardInterrupt while importing
@@ -202,37 +221,7 @@ def test_ctrl_c_stops_ray_cleanly(tmp_path):
     """The same on a local Ray cluster started by the executor: exit at once, no traceback, and
     no process of the cluster (raylet, GCS, workers) left running in the program's group."""
     pytest.importorskip("ray")
-    script = tmp_path / "run.py"
-    script.write_text(textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {str(TESTS)!r})
-        from scaleout import get_executor
-        from test_scaleout import sleep_job
-        if __name__ == "__main__":
-            try:
-                with get_executor("ray", num_cpus=2) as ex:
-                    ex.map(sleep_job, [{str(tmp_path)!r}] * 6)
-            except KeyboardInterrupt:
-                print("interrupted", file=sys.stderr)
-                sys.exit(130)
-    """))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
-    for _ in range(1200):  # until a job is running (the cluster takes seconds to start)
-        if list(tmp_path.glob("started-*")):
-            break
-        time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    code, err = interrupt(tmp_path, '"ray", num_cpus=2', ["started-*"])
+    assert code == 130, err
     assert "Traceback" not in err and "leaked" not in err, err
     assert err.strip().endswith("interrupted"), err
-    for _ in range(100):  # the cluster's processes end with the driver
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail("processes of the program's group outlived it")
