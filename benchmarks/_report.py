@@ -18,3 +18,19 @@ def replace_section(heading: str, section: str, path: Path = BENCHMARKS) -> None
     else:
         text = text.rstrip("\n") + "\n\n" + section
     path.write_text(text)
+
+
+def write_speedup(heading: str, command: str, setup: str, executor: str, serial: tuple,
+                  parallel: tuple, verdict: str) -> None:
+    """Record a serial-against-executor timing as the section ``heading`` of BENCHMARKS.md.
+
+    ``serial`` is ``(wall s, CPU s per wall s of the driver)``; ``parallel`` is ``(wall s, of
+    which s starting the workers)``; ``setup`` says what ran, ``verdict`` the speed-up and the
+    comparison of outputs."""
+    (t_serial, cpu), (t_par, t_start) = serial, parallel
+    replace_section(heading, "\n".join([
+        f"## {heading}", "", f"    .venv/bin/python {command}", "", setup, "",
+        "| run | wall (s) | CPU s per wall s (driver process) |", "|---|---|---|",
+        f"| serial | {t_serial:.0f} | {cpu:.2f} |",
+        f"| {executor} (incl. {t_start:.0f} s starting workers) | {t_par:.0f} | - |", "",
+        verdict]))

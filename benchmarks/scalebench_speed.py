@@ -29,7 +29,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from _report import replace_section
+from _report import write_speedup
 
 import bayes_scaling as bs
 from scaleout import get_executor
@@ -91,18 +91,14 @@ def main(argv=None):
                    f"--seeds {args.seeds} --executor {args.executor} --write"
                    + (f" --laws {args.laws}" if args.laws else ""))
         job_s = serial.groupby(KEY)["seconds"].max()
-        replace_section(f"Scale-out: ScaleBench on {args.executor}", "\n".join([
-            f"## Scale-out: ScaleBench on {args.executor}", "",
-            f"    .venv/bin/python {command}", "",
+        write_speedup(
+            f"Scale-out: ScaleBench on {args.executor}", command,
             (f"{len(items)} ScaleBench jobs ({args.task}, {len(laws)} laws, methods "
              f"{args.methods}, seeds {args.seeds}) on {os.cpu_count()} cores, in one process: "
-             f"serially, then one {args.executor} task per job."), "",
-            "| run | wall (s) | CPU s per wall s (driver process) |", "|---|---|---|",
-            f"| serial | {t_serial:.0f} | {cpu_serial / t_serial:.2f} |",
-            f"| {args.executor} (incl. {t_start:.0f} s starting workers) | {t_par:.0f} | - |", "",
+             f"serially, then one {args.executor} task per job."),
+            args.executor, (t_serial, cpu_serial / t_serial), (t_par, t_start),
             (f"Speed-up {ratio:.2f}x; {same} (job times aside). Median job {job_s.median():.0f} s, "
-             f"mean {job_s.mean():.0f} s (the serial run's `seconds`)."),
-        ]))
+             f"mean {job_s.mean():.0f} s (the serial run's `seconds`)."))
     return 1 if differ else 0
 
 

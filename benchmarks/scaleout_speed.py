@@ -30,7 +30,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "analyses"), str(ROOT / "benchmarks")]
 
-from _report import replace_section
+from _report import write_speedup
 from bayes_calibration import plausible, ptpp_design
 
 from bayes_scaling.bayes import use_chain_devices
@@ -92,18 +92,15 @@ def main(argv=None):
         chains = (f"chains in parallel on {CHAINS} host devices" if args.chains_on == "parallel"
                   else "chains vectorised in one program")
         heading = f"Scale-out: calibration study on {args.executor}, chains {args.chains_on}"
-        replace_section(heading, "\n".join([
-            f"## {heading}", "",
-            f"    .venv/bin/python {command}", "",
+        write_speedup(
+            heading, command,
             (f"Reduced Form-3 NUTS calibration ({args.n} prior-drawn tables, {CHAINS} chains x "
              f"{args.samples} draws after {args.warmup} warm-up steps, {chains}) on "
-             f"{os.cpu_count()} cores, in one process:"), "",
-            "| run | wall (s) | CPU s per wall s (driver) |", "|---|---|---|",
-            f"| serial | {t_serial:.0f} | {cpu_serial / t_serial:.2f} |",
-            f"| {args.executor} (incl. {t_start:.0f} s starting workers) | {t_par:.0f} | - |", "",
+             f"{os.cpu_count()} cores, in one process: serially, then one {args.executor} task "
+             "per table."),
+            args.executor, (t_serial, cpu_serial / t_serial), (t_par, t_start),
             (f"Speed-up {ratio:.2f}x; {same} (fit times aside). Median posterior fit "
-             f"{fit_s:.0f} s (the serial run's `seconds`)."),
-        ]))
+             f"{fit_s:.0f} s (the serial run's `seconds`)."))
     return 1 if differ else 0
 
 
