@@ -8,6 +8,7 @@ import os
 import signal
 from contextlib import contextmanager
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import resource_tracker
 
 from .base import Executor, ScaleoutError, WorkerDiedError
 
@@ -24,7 +25,9 @@ def _sigint_blocked():
     """Ctrl-C reaches the whole process group; only the parent reacts to it and stops the
     workers. A worker starts (the pool spawns it inside ``submit``) with SIGINT blocked, so a
     Ctrl-C that arrives while it is still importing stays pending instead of raising there; the
-    parent's own pending Ctrl-C is delivered when the block ends."""
+    parent's own pending Ctrl-C is delivered when the block ends. The resource tracker is
+    started first: starting it unblocks SIGINT in the calling thread."""
+    resource_tracker.ensure_running()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
