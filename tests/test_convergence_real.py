@@ -165,6 +165,36 @@ def test_lobes_meeting_through_a_neck_are_sampled_one_side_each_with_known_weigh
     assert post.ok
 
 
+def test_box_bounds_of_block_coordinates_are_soft_and_the_map_keeps_them():
+    """Chinchilla's A <= 1e6 (M3 Table 6): the sampled density (level coordinates, where A is
+    computed) is continuous across it and unchanged inside it; the MAP stays in the box."""
+    from bayes_scaling.bayes.spec import data_pytree, make_spec
+
+    law = bs.laws.get("chinchilla")
+    N, D = np.meshgrid(np.geomspace(1e7, 1e9, 5), np.geomspace(1e9, 1e11, 4))
+    theta = {**law.example, "alpha": 0.9, "A": 2e6}  # past the box: A / N^alpha still moderate
+    df = pd.DataFrame({"N": N.ravel(), "D": D.ravel()})
+    df["loss"] = np.asarray(law(theta, {"N": jnp.asarray(df.N), "D": jnp.asarray(df.D)}))
+    spec = make_spec(law)
+    plain = make_spec(law, coordinates=None)
+    assert "level" in [b.name for b in spec.blocks]
+    data = data_pytree(spec, df)
+    vals = {}
+    for a in (5e5, 1e6 * (1 - 1e-7), 1e6 * (1 + 1e-7), 3e6):
+        th = {**{k: theta[k] for k in law.param_names}, "A": a, "sigma": 0.02}
+        s = spec.s(th, data["ref"])
+        vals[a] = float(spec.log_joint_s(s, data))
+        inside = plain._inside(th)
+        assert float(spec.soft_bounds(th)) == (0.0 if inside else pytest.approx(
+            -0.5 * (np.log(a / 1e6) / 0.5) ** 2))
+    assert np.isfinite(list(vals.values())).all()
+    assert abs(vals[1e6 * (1 - 1e-7)] - vals[1e6 * (1 + 1e-7)]) < 1e-3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        params, _, _ = bs.bayes.map_estimate(law, df, n_starts=8)
+    assert params["A"] <= 1e6
+
+
 def test_chinchilla_on_a_small_real_table_converges_with_defaults():
     """Gadre et al.'s C4-trained models evaluated on C4, up to 4x the Chinchilla budget: 22 rows."""
     df = bs.datasets.load("gadre_overtraining").query(
