@@ -205,3 +205,44 @@ def test_chinchilla_on_a_small_real_table_converges_with_defaults():
     d = post.diagnostics
     assert d["max_rhat"] <= 1.01 and d["min_ess_bulk"] >= 400 and d["divergences"] == 0
     assert post.ok
+
+
+def _converged_in_every_mode(post):
+    d = post.diagnostics
+    assert d["divergences"] == 0 and d["max_rhat"] <= 1.01 and d["min_ess_bulk"] >= 400, d
+    assert all(m["ok"] for m in d["modes"]) and post.ok
+
+
+SMALL_REAL = {
+    "epoch, 20 smallest-compute rows": ("chinchilla_epoch", "epoch_kept", ("C", 20)),
+    "gadre, rpj on paloma_redpajama": (
+        "gadre_overtraining",
+        "train_set == 'rpj' and domain == 'paloma_redpajama' and chinchilla_multiplier <= 4", None),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(SMALL_REAL))
+def test_chinchilla_on_small_real_tables_reaching_the_box_converges(case):
+    """Tables whose posterior of A or B reaches M3's box bound 1e6 (a wall before it was soft)."""
+    name, query, smallest = SMALL_REAL[case]
+    df = bs.datasets.load(name).query(query)
+    if smallest:
+        df = df.nsmallest(smallest[1], smallest[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bs.MultimodalWarning)
+        post = bs.fit_posterior("chinchilla", df, progress_bar=False)
+    _converged_in_every_mode(post)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ptpps", [(15, 31), (15, 31, 279)])
+def test_form3_on_the_bible_ptpp_target_rows_converges_with_defaults(ptpps):
+    """The README's command (every PTPP level: a lobe on each side of the flat gate) and its PTPP
+    15/31 rows (one mode, a visible gate)."""
+    df = bs.datasets.load("bible_ptpp").query("domain == 'target' and D > 0")
+    df = df[df["ptpp"].isin(ptpps)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bs.MultimodalWarning)
+        post = bs.fit_posterior("ptpp_gated_floor", df, progress_bar=False)
+    _converged_in_every_mode(post)
