@@ -100,9 +100,14 @@ def fit_posterior(
     Returns:
         :class:`Posterior`. With NUTS from the modes (``init="map"``), a posterior with several
         separated modes is a weighted mixture: each mode's chains are diagnosed within the mode,
-        modes whose chains ended in another's basin are dropped as duplicates, the rest are
-        weighted by their bridge-sampled posterior mass (:func:`basin_log_masses`), and the stored
-        chains hold every mode's draws in proportion to its weight. ``post.modes`` lists the
+        modes one of whose chains ended in another's basin are dropped as duplicates, the rest
+        are weighted by their bridge-sampled posterior mass (:func:`basin_log_masses`; below
+        ``MIN_MODE_WEIGHT`` a mode is dropped), and the stored chains hold every mode's draws in
+        proportion to its weight. When a coordinate block splits the space into sides (e.g. the
+        sign of the PTPP gate's exponent) and the modes lie on several, each mode is sampled in
+        its side's coordinates (``post.settings["sides"]``). A mode whose chains diverged is
+        sampled again once with a smaller step (:func:`_resample_divergent`).
+        ``post.diagnostics["notes"]`` records every drop and resampling. ``post.modes`` lists the
         modes with ``weight`` and their own R-hat, ESS and divergences;
         ``post.diagnostics`` holds the worst of them (and ``modes``, one summary per mode).
         A failed diagnostic raises a :class:`ConvergenceWarning` saying which parameter, what it
