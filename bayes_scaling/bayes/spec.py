@@ -204,8 +204,8 @@ class Spec:
         by the MAP fit (its transforms map into the box) for parity with the paper. In
         coordinates that mix parameters (the level and shares of the linear terms) a bound is
         a wall inside the sampled space, which the chains hit wherever the posterior reaches
-        it (Chinchilla on Epoch's 20 smallest-compute runs: 105 divergent transitions). The density is
-        continuous across a soft bound (the prior is held at its value on the bound, the
+        it (Chinchilla on Epoch's 20 smallest-compute runs: 105 divergent transitions). The
+        density is continuous across a soft bound (the prior is held at its value on the bound, the
         penalty starts with zero slope) and unchanged inside the box.
         """
         out = 0.0
