@@ -97,6 +97,13 @@ def theta_s_batch(spec: Spec):
         lambda s, ref: spec.theta_s(s, ref), in_axes=(0, None))))
 
 
+def recoord_batch(src: Spec, dst: Spec):
+    """``f(s, ref_src, ref_dst)``: points of ``src``'s sampling space (rows of ``s``) in
+    ``dst``'s (two coordinate systems of one model)."""
+    return cached(("recoord", dst.key()), src, lambda: jax.jit(jax.vmap(
+        lambda s, r1, r2: dst.s(src.theta_s(s, r1), r2), in_axes=(0, None, None))))
+
+
 def pointwise_batch(spec: Spec):
     return cached("ll", spec, lambda: jax.jit(jax.vmap(
         lambda th, data: spec.pointwise_loglik(th, data), in_axes=(0, None))))

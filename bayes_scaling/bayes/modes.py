@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -123,6 +124,11 @@ def _newton(spec, data, s, max_steps=100, tol=1e-9):
     return s, float(lp)
 
 
+def refine_mode(spec, data, s) -> Mode:
+    """The mode of the sampled density nearest ``s`` (damped Newton) with its Laplace fit."""
+    return laplace(spec, data, _newton(spec, data, np.asarray(s))[0])
+
+
 def find_modes(spec, data, u_ok, values, max_starts=4):
     """Modes of the sampled density: damped Newton from the best distinct MAP endpoints (mapped
     into the sampling coordinates); distinct modes sorted by Laplace mass."""
@@ -218,20 +224,27 @@ def sample_laplace(spec, data, mode: Mode, num_chains, num_samples, seed):
 class Basins:
     """A soft partition of the sampling space among the sampled modes: mode ``k`` owns the share
     ``r_k(x) = g_k(x) / sum_j g_j(x)`` of every point, with ``g_k`` the Gaussian of its draws
-    (their mean and covariance); ``sum_k r_k = 1``. :meth:`assign` gives the largest share."""
+    (their mean and covariance); ``sum_k r_k = 1``. :meth:`assign` gives the largest share.
+
+    With sides (``side_of`` labels points, ``sides[k]`` is mode ``k``'s side), the sum runs over
+    the modes on the point's side only: a mode sampled in coordinates covering one side of the
+    space owns nothing on another."""
 
     means: np.ndarray  # (K, d)
     chols: np.ndarray  # (K, d, d): Cholesky factors of the covariances
+    sides: np.ndarray | None = None  # (K,) side label of each mode
+    side_of: Callable | None = None  # (n, d) points -> (n,) side labels
 
     @classmethod
-    def fit(cls, draws) -> "Basins":
+    def fit(cls, draws, sides=None, side_of=None) -> "Basins":
         d = draws[0].shape[-1]
         means, chols = [], []
         for x in draws:
             cov = np.atleast_2d(np.cov(x, rowvar=False)) + 1e-12 * np.eye(d)
             means.append(x.mean(0))
             chols.append(np.linalg.cholesky(cov))
-        return cls(np.stack(means), np.stack(chols))
+        return cls(np.stack(means), np.stack(chols),
+                   None if sides is None else np.asarray(sides), side_of)
 
     def log_gauss(self, x, k):
         """log N(x | mean_k, cov_k) for the rows of ``x``."""
@@ -242,7 +255,10 @@ class Basins:
     def log_shares(self, x):
         """``log r_k(x)``: an array (K, n)."""
         lg = np.stack([self.log_gauss(x, k) for k in range(len(self.means))])
-        return lg - np.logaddexp.reduce(lg, 0)
+        if self.sides is not None:
+            lg = np.where(self.sides[:, None] == np.asarray(self.side_of(x))[None], lg, -np.inf)
+        norm = np.logaddexp.reduce(lg, 0)
+        return np.where(np.isfinite(norm), lg - norm, -np.inf)
 
     def assign(self, x):
         """Index of the mode with the largest share of every row of ``x``."""
@@ -252,7 +268,8 @@ class Basins:
         return self.means[k] + rng.standard_normal((n, self.means.shape[1])) @ self.chols[k].T
 
 
-def basin_log_masses(log_density, draws, rng, tol=1e-10, max_iter=1000):
+def basin_log_masses(log_density, draws, rng, tol=1e-10, max_iter=1000, sides=None,
+                     side_of=None):
     """Log posterior mass of each mode, by bridge sampling (Meng & Wong 1996, Eq. (4.1); the
     iterative optimal bridge as in Gronau et al. 2017, "A tutorial on bridge sampling", Eq. (10)).
 
@@ -265,13 +282,15 @@ def basin_log_masses(log_density, draws, rng, tol=1e-10, max_iter=1000):
     ratio bridged, ``p r_k / g_k = p / sum_j g_j``, stays bounded wherever some mode's Gaussian
     covers the posterior (a hard cut would let one mode's Gaussian tail reach into another mode's
     peak). Unlike the Laplace mass, this is exact in the limit of many draws whatever the shape
-    of a well-separated mode (skewed, heavy-tailed, curved).
+    of a well-separated mode (skewed, heavy-tailed, curved). With ``sides`` and ``side_of`` (see
+    :class:`Basins`) the shares are split by side first: exact for modes sampled one side each,
+    however the sides meet.
 
     Returns:
         (log_masses, basins): the log ``Z_k`` (unnormalised, like the density) and the shares.
     """
     halves = [(x[: len(x) // 2], x[len(x) // 2:]) for x in draws]
-    basins = Basins.fit([h[0] for h in halves])
+    basins = Basins.fit([h[0] for h in halves], sides, side_of)
     out = []
     for k, (_, x1) in enumerate(halves):
         x2 = basins.draw(k, len(x1), rng)

@@ -198,12 +198,13 @@ def jittered_inits(spec, data, modes, center, chol, num_chains, rng, scale=0.5, 
     return np.stack(z0)
 
 
-def run_modes(spec, data, modes, *, whiten, rng, seed, num_chains, **kw):
+def run_modes(models, modes, *, whiten, rng, seed, num_chains, **kw):
     """``num_chains`` NUTS chains per mode, each mode's chains started there (jittered) and
-    whitened by its own Laplace covariance: one ``(s, extra)`` per mode (see :func:`run_nuts`)."""
-    d = len(spec.sampled)
+    whitened by its own Laplace covariance; ``models[k]`` is the ``(spec, data)`` mode ``k`` is
+    sampled in. One ``(s, extra)`` per mode, in its own coordinates (see :func:`run_nuts`)."""
     out = []
-    for k, m in enumerate(modes):
+    for k, ((spec, data), m) in enumerate(zip(models, modes)):
+        d = len(spec.sampled)
         center, chol = (m.s, m.chol) if whiten else (np.zeros(d), np.eye(d))
         z0 = jittered_inits(spec, data, [m], center, chol, num_chains, rng)
         out.append(run_nuts(spec, data, center, chol, z0, seed=seed + k, num_chains=num_chains,
