@@ -512,7 +512,7 @@ def simulated(seeds: int, executor) -> str:
             rows.to_csv(path[todo[i][0].name, todo[i][1]], index=False)
     r = pd.concat([pd.read_csv(p) for p in path.values()], ignore_index=True)
     table = pd.DataFrame([{"case": c.name, "law": "right" if c.right else "wrong",
-                           "rows": where, **sim_scores(g[g["where"] == where])}
+                           "scored rows": where, **sim_scores(g[g["where"] == where])}
                           for c in cases for where in ("beyond", "inside")
                           for g in [r[r["case"] == c.name]]])
     for col in table:
