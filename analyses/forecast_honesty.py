@@ -4,6 +4,7 @@
     python analyses/forecast_honesty.py --quick              # one split per dataset
     python analyses/forecast_honesty.py --nuts               # NUTS posteriors instead of Laplace
     python analyses/forecast_honesty.py --summary            # tables and figures from the cache
+    nice -n 10 python analyses/forecast_honesty.py --only simulated   # tables from a known law
 
 For every dataset, held-out split and law a posterior is fitted on the training side only and its
 predictive draws are scored on the held-out side (which lies beyond the training rows along the
@@ -36,6 +37,13 @@ Splits (law as the project's analyses fit it):
 - ``scalebench`` (Li et al. 2026): train -> test for every law of the four tasks, per group.
   ``vocab_scaling_law``'s target (unigram-normalised loss) is negative, which the log-scale
   likelihood cannot take: it is reported as skipped.
+
+``--only simulated`` is a benchmark on tables drawn from a known law (:func:`sim_cases`): per case
+20 replicate tables, a Laplace posterior of the right law (or of Chinchilla on a table with extra
+curvature in ``log N``), and coverage of the 50/90% intervals inside and beyond the fitted range
+with the discrepancy off and by default, with the mean ratio of their 90% widths
+(``out/forecast_honesty/simulated.md``; replicates cached per interval method version). One
+process compiles each law once, so it runs fastest serially.
 
 Each (dataset, split, law, predictive) is cached under ``out/forecast_honesty/cache/`` (a JSON of
 its settings and status, a CSV of per-row PIT, median and interval bounds), keyed on the posterior
@@ -238,9 +246,10 @@ def all_units(quick=False) -> list[Unit]:
 
 
 def interval_version() -> str:
-    """Version of the default (``after``) interval method: the package's ``INTERVAL_VERSION`` when
-    it declares one, else a hash of the source of the Bayesian layer's predictive modules."""
-    declared = getattr(bs.bayes, "INTERVAL_VERSION", None)
+    """Version of the default (``after``) interval method: ``INTERVAL_VERSION`` of
+    ``bayes_scaling.bayes.intervals`` when it declares one, else a hash of the source of the
+    Bayesian layer's predictive modules."""
+    declared = getattr(bs.bayes.intervals, "INTERVAL_VERSION", None)
     if declared:
         return str(declared)
     h = hashlib.sha1()
@@ -379,6 +388,163 @@ def run(units, variants, method, executor) -> None:
                 bar.update(1)
     if bar:
         bar.close()
+
+
+# ==================================================================================================
+# Simulated benchmark: tables from a known law, fitted with the right law and with a wrong one
+
+SIM_SEEDS = 20
+SIM_CACHE = CACHE / "simulated"
+
+
+def _grid(N, ratios) -> pd.DataFrame:
+    """Every size of ``N`` at every tokens-per-parameter ratio of ``ratios``."""
+    N = np.repeat(np.asarray(N, float), len(ratios))
+    return pd.DataFrame({"N": N, "D": N * np.tile(np.asarray(ratios, float),
+                                                  len(N) // len(ratios))})
+
+
+def _epochs(N, unique_ratios, epochs) -> pd.DataFrame:
+    """Runs of every size of ``N`` on ``U = r N`` unique tokens for each ``r`` of
+    ``unique_ratios``, repeated for ``epochs`` epochs (``D = epochs U``)."""
+    n, r, e = (a.ravel() for a in np.meshgrid(np.asarray(N, float), unique_ratios, epochs,
+                                              indexing="ij"))
+    return pd.DataFrame({"N": n, "U": r * n, "D": e * r * n})
+
+
+@dataclass
+class SimCase:
+    """A simulated table: ``truth`` (a law name and its parameters, with an optional extra factor
+    of ``log N``), the law fitted, the noise scale of ``log L``, the training and beyond-range
+    designs, and the values held fixed in the fit."""
+
+    name: str
+    truth: str
+    fitted: str
+    sigma: float
+    train: pd.DataFrame
+    inside: pd.DataFrame
+    beyond: pd.DataFrame
+    curvature: float = 0.0
+    fixed: dict = field(default_factory=dict)
+
+    @property
+    def right(self) -> bool:
+        return self.curvature == 0.0 and self.truth == self.fitted
+
+    def loss(self, df: pd.DataFrame) -> np.ndarray:
+        """Noise-free loss: the law at its example parameters (``Law.example``), times
+        ``exp(curvature log(N / 1e7)^2)`` (a model term whose exponent shrinks with size)."""
+        law = bs.laws.get(self.truth)
+        x = law.inputs(df.assign(loss=1.0))
+        y = np.asarray(law.fn({k: jax.numpy.asarray(v) for k, v in law.example.items()}, x))
+        return y * np.exp(self.curvature * np.log(np.asarray(df["N"], float) / 1e7) ** 2)
+
+
+def sim_cases() -> list[SimCase]:
+    """Chinchilla tables (32 runs, N 1e7..3e8 at 10..80 tokens per parameter; forecast N 5e8..2e9
+    at 20..160) at two noise levels and with extra curvature in ``log N`` (the wrong-law case of
+    ``tests/test_forecast_intervals.py``), and Muennighoff tables (base fixed at its example
+    values as datablations' is; 4 sizes x 2 unique-token budgets x 1..8 epochs; forecast
+    16..64 epochs)."""
+    chin = dict(train=_grid(np.geomspace(1e7, 3e8, 8), [10, 20, 40, 80]),
+                inside=_grid(np.geomspace(1.2e7, 2.5e8, 5), [12, 25, 50, 70]),
+                beyond=_grid(np.geomspace(5e8, 2e9, 4), [20, 40, 80, 160]))
+    sizes, unique = np.geomspace(1e8, 1e9, 4), (5.0, 20.0)
+    base = {k: v for k, v in bs.laws.get("muennighoff").example.items()
+            if k in ("A", "B", "E", "alpha", "beta")}
+    muen = dict(train=_epochs(sizes, unique, (1, 2, 4, 8)),
+                inside=_epochs(np.geomspace(1.3e8, 8e8, 3), unique, (1.5, 3, 6)),
+                beyond=_epochs(sizes, unique, (16, 32, 64)), fixed=base)
+    return [SimCase("chinchilla, sigma 0.01", "chinchilla", "chinchilla", 0.01, **chin),
+            SimCase("chinchilla, sigma 0.03", "chinchilla", "chinchilla", 0.03, **chin),
+            SimCase("muennighoff, sigma 0.01", "muennighoff", "muennighoff", 0.01, **muen),
+            SimCase("curved -> chinchilla, sigma 0.01", "chinchilla", "chinchilla", 0.01,
+                    curvature=0.006, **chin)]
+
+
+def sim_replicate(job) -> pd.DataFrame:
+    """One replicate of a case: noisy training, inside and beyond tables (seed ``seed``), a
+    Laplace posterior of the fitted law on the training table, and per scored row its 50% and
+    90% central intervals with the discrepancy off and by default."""
+    case, seed = job
+    rng = np.random.default_rng(seed)
+    noisy = [t.assign(loss=case.loss(t) * np.exp(case.sigma * rng.standard_normal(len(t))))
+             for t in (case.train, case.inside, case.beyond)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        post = bs.fit_posterior(case.fitted, noisy[0], method="laplace", likelihood="normal",
+                                fixed=case.fixed or None, seed=seed, progress_bar=False)
+    out = []
+    for where, t in (("inside", noisy[1]), ("beyond", noisy[2])):
+        row = {"case": case.name, "seed": seed, "where": where, "y": t["loss"].to_numpy()}
+        for variant, disc in (("off", "off"), ("auto", None)):
+            for lv in (50, 90):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    fc = post.forecast(t, interval=lv / 100, discrepancy=disc,
+                                       allow_unconverged=True)
+                row[f"{variant}_lo{lv}"], row[f"{variant}_hi{lv}"] = fc["lower"], fc["upper"]
+        row["d"], row["tau"] = fc["extrapolation"].to_numpy(), fc["discrepancy_tau"].to_numpy()
+        out.append(pd.DataFrame(row))
+    return pd.concat(out, ignore_index=True)
+
+
+def sim_scores(r: pd.DataFrame) -> dict:
+    """Coverage of the 50/90% intervals of both predictives and their mean 90% width ratio."""
+    out = {"replicates": r["seed"].nunique(), "rows": len(r)}
+    for v in ("off", "auto"):
+        for lv in (50, 90):
+            out[f"{v} cov{lv}"] = float(np.mean((r["y"] >= r[f"{v}_lo{lv}"])
+                                                & (r["y"] <= r[f"{v}_hi{lv}"])))
+    out["90% width auto / off"] = float(np.mean((r["auto_hi90"] - r["auto_lo90"])
+                                                / (r["off_hi90"] - r["off_lo90"])))
+    out["median tau"] = float(np.median(r["tau"]))
+    return out
+
+
+def simulated(seeds: int, executor) -> str:
+    """Run the missing replicates (cached per case, seed and interval method version) and write
+    ``simulated.md``."""
+    folder = SIM_CACHE / interval_version()
+    folder.mkdir(parents=True, exist_ok=True)
+    cases = sim_cases()
+    path = {(c.name, s): folder / ("".join(ch if ch.isalnum() else "_" for ch in c.name)
+                                   + f"__{s}.csv") for c in cases for s in range(seeds)}
+    todo = [(c, s) for c in cases for s in range(seeds) if not path[c.name, s].exists()]
+    print(f"{len(todo)} simulated replicates to fit", file=sys.stderr, flush=True)
+    with executor:
+        for i, rows in executor.submit_iter(sim_replicate, todo):
+            rows.to_csv(path[todo[i][0].name, todo[i][1]], index=False)
+    r = pd.concat([pd.read_csv(p) for p in path.values()], ignore_index=True)
+    table = pd.DataFrame([{"case": c.name, "law": "right" if c.right else "wrong",
+                           "scored rows": where, **sim_scores(g[g["where"] == where])}
+                          for c in cases for where in ("beyond", "inside")
+                          for g in [r[r["case"] == c.name]]])
+    for col in table:
+        if " cov" in col:
+            table[col] = table[col].map(_pct)
+    for col in ("90% width auto / off", "median tau"):
+        table[col] = table[col].map(lambda x: f"{x:.3g}")
+    text = "\n".join([
+        "# Forecast intervals on simulated tables", "",
+        f"Generated by `nice -n 10 python analyses/forecast_honesty.py --only simulated` "
+        f"({seeds} replicate tables per case; interval method "
+        f"version `{interval_version()}`). Each replicate draws a training table, rows inside "
+        "its range and rows beyond it from a known law with Gaussian noise on `log L`, fits "
+        "the law by Laplace (`method=\"laplace\"`, `likelihood=\"normal\"`) on the training "
+        "table and scores the central 50% and 90% intervals of the predictive with the "
+        "discrepancy off (`discrepancy=\"off\"`) and by default (`auto`). `right`: the fitted "
+        "law is the law simulated; `wrong`: the table has extra curvature in `log N` "
+        "(`exp(0.006 log(N / 1e7)^2)`) that Chinchilla lacks. The width ratio is the mean "
+        "over rows of the default 90% width over the discrepancy-free one; `median tau` the "
+        "median discrepancy scale of the rows.", "",
+        "Goals (issue 16): right law beyond the range, 90% covers 85-95% and width ratio <= "
+        "1.10; wrong law beyond the range, 90% covers 85-95%.", "",
+        ev.markdown_table(table), ""])
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "simulated.md").write_text(text)
+    return text
 
 
 # ==================================================================================================
@@ -599,18 +765,25 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="processes of the local pool")
     ap.add_argument("--ray-address", help="Ray cluster to join ('auto'); none: start one here")
     ap.add_argument("--variants", default="before,after", help="predictives to score")
-    ap.add_argument("--only", nargs="*", help="datasets to run (e.g. epoch bible_m3)")
+    ap.add_argument("--only", nargs="*", help="datasets to run (e.g. epoch bible_m3); "
+                    "'simulated': the benchmark on tables from a known law")
     ap.add_argument("--summary", action="store_true", help="tables and figures from the cache")
+    ap.add_argument("--seeds", type=int, default=SIM_SEEDS, help="replicates per simulated case")
     a = ap.parse_args(argv)
     t0 = time.time()
     method = "nuts" if a.nuts else "laplace"
     variants = [v for v in a.variants.split(",") if v in VARIANTS]
+    if a.only and "simulated" in a.only:
+        print(simulated(a.seeds, get_executor(a.executor, workers=a.workers,
+                                              address=a.ray_address)))
+        if a.only == ["simulated"]:
+            return 0
     units = all_units(quick=a.quick)
+    executor = get_executor(a.executor, workers=a.workers, address=a.ray_address)
     if a.only:
         units = [u for u in units if u.dataset.split("/")[0] in a.only]
     if not a.summary:
-        run(units, variants, method,
-            get_executor(a.executor, workers=a.workers, address=a.ray_address))
+        run(units, variants, method, executor)
     command = ("nice -n 10 python analyses/forecast_honesty.py --executor local --workers 2"
                + " --quick" * a.quick + " --nuts" * a.nuts)
     print(summarise(units, variants, method, command,

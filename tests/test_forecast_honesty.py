@@ -80,3 +80,29 @@ def test_run_fits_only_units_missing_from_the_cache(tmp_path, monkeypatch):
     assert fitted == ["a", "b"]
     meta, _ = fh.load_cached(units, ["before"], "laplace")
     assert list(meta["status"]) == ["skipped", "skipped"]
+
+
+def test_simulated_cases_draw_from_their_law_and_scores_count_coverage():
+    cases = {c.name: c for c in fh.sim_cases()}
+    right, wrong = cases["chinchilla, sigma 0.01"], cases["curved -> chinchilla, sigma 0.01"]
+    assert right.right and not wrong.right and cases["muennighoff, sigma 0.01"].right
+    b = right.beyond
+    t = fh.bs.laws.get("chinchilla").example
+    np.testing.assert_allclose(right.loss(b), t["E"] + t["A"] / b["N"] ** t["alpha"]
+                               + t["B"] / b["D"] ** t["beta"], rtol=1e-5)
+    np.testing.assert_allclose(np.log(wrong.loss(b) / right.loss(b)),
+                               0.006 * np.log(b["N"] / 1e7) ** 2, rtol=1e-4)
+    assert b["N"].min() > right.train["N"].max()  # the scored rows lie beyond the fitted range
+    muen = cases["muennighoff, sigma 0.01"]
+    assert (muen.beyond["D"] / muen.beyond["U"]).min() > (muen.train["D"] / muen.train["U"]).max()
+    # scores of known intervals: N(0, 1) rows against +-1.645 (90%) and +-0.674 (50%), and a
+    # default predictive twice as wide
+    rng = np.random.default_rng(0)
+    y = rng.standard_normal(20000)
+    r = pd.DataFrame({"seed": 0, "y": y, "tau": 0.0, "off_lo90": -1.645, "off_hi90": 1.645,
+                      "off_lo50": -0.674, "off_hi50": 0.674, "auto_lo90": -3.29,
+                      "auto_hi90": 3.29, "auto_lo50": -1.349, "auto_hi50": 1.349})
+    s = fh.sim_scores(r)
+    assert abs(s["off cov90"] - 0.9) < 0.01 and abs(s["off cov50"] - 0.5) < 0.015
+    assert abs(s["auto cov50"] - 0.823) < 0.015 and s["auto cov90"] > 0.99
+    assert s["90% width auto / off"] == pytest.approx(2.0)

@@ -89,7 +89,8 @@ def test_sharp_and_calibrated_where_the_law_is_right(right):
     cover = np.concatenate(cover)
     assert cover.mean() >= 0.8, cover.mean()
     # widened, but not blown up: the law is right, so the rehearsal finds little to add
-    assert 1.0 < np.mean(ratio) < 2.5, ratio
+    # (1.76 and 1.58 on these two tables; 1.29 over the 20 replicates of the simulated benchmark)
+    assert 1.0 < np.mean(ratio) < 1.9, ratio
 
 
 def test_distance_and_flag_columns(right):
