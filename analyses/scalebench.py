@@ -34,7 +34,10 @@ RESULTS = OUT / "results.csv"
 KEY = ["task", "law", "method", "seed"]
 COLS = KEY + ["budget", "r2_protocol", "r2_posterior", "coverage90", "n_runs", "cost_spent",
               "seconds"]
-METHODS = ["random", "cheapest", "cost_random", "d_opt", "v_opt", "bayes"]
+METHODS = ["random", "cheapest", "cost_random", "d_opt", "v_opt", "bayes-posterior", "bayes"]
+# Labels of a method run with options: the posterior-variance criterion with the ratio rule (the
+# ``bayes`` of the previous version, kept to compare).
+VARIANTS = {"bayes-posterior": ("bayes", {"criterion": "posterior", "greedy": "ratio"})}
 SHORT = {"data_constrained_scaling_law": "data_con", "farseer_scaling_law": "farseer",
          "parallel_scaling_law": "parallel", "vocab_scaling_law": "vocab"}
 RUN_ORDER = ["parallel_scaling_law", "farseer_scaling_law", "data_constrained_scaling_law",
@@ -64,7 +67,8 @@ def job(args):
     """One (task, law, method, seed): the harness's per-seed job, rows tagged with the key."""
     task_name, law_id, method, seed, data_dir = args
     task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
-    rows = bs.design.seed_job((task, method, seed, "jax", {}))
+    name, options = VARIANTS.get(method, (method, {}))
+    rows = bs.design.seed_job((task, name, seed, "jax", options))
     return [dict(task=task_name, law=law_id, method=method, **r) for r in rows]
 
 

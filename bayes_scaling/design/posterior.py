@@ -148,6 +148,21 @@ class LaplaceMixture:
         d = np.where(np.isfinite(d), d, np.nan)
         return np.nanquantile(d, qs, axis=0)
 
+    def jacobians(self, x: dict) -> list[np.ndarray]:
+        """Each mode's Jacobian of the law over rows ``x`` in the unconstrained coordinates."""
+        xj = {k: jnp.asarray(v) for k, v in x.items()}
+        return [np.nan_to_num(np.asarray(jacobian_u(self.law)(jnp.asarray(u), xj)[1]))
+                for u in self.u]
+
+    def mode_spread(self, x: dict) -> np.ndarray:
+        """Covariance of the modes' predictions over rows ``x``: ``sum_k w_k (m_k - m)(m_k - m)^T``
+        with ``m_k`` the law at mode ``k``'s centre and ``m`` their weighted mean."""
+        theta = from_unconstrained(self.law, jnp.asarray(self.u))
+        means = np.nan_to_num(np.asarray(predictor(self.law)(
+            theta, {k: jnp.asarray(v) for k, v in x.items()})))
+        dev = means - self.weights @ means
+        return (self.weights[:, None] * dev).T @ dev
+
     def joint_cov(self, x: dict) -> np.ndarray:
         """Covariance of the law's value plus discrepancy over rows ``x`` under the mixture, in the
         linear-Gaussian approximation of each mode (law of total covariance):
