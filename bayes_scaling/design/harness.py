@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..errors import BayesScalingError
 from . import methods as _methods
 from .fitting import least_squares, predictor, r2_clipped, uniform_starts
 from .posterior import LaplaceMixture
 from .task import Group, Task
 
 N_STARTS = 64
+INTERVALS = ("draws", "linear")
 COLUMNS = ["seed", "budget", "n_runs", "cost_spent", "r2_protocol", "r2_posterior", "coverage90",
            "seconds"]
 
@@ -62,7 +64,7 @@ class State:
 
 
 def run(task: Task, method: str = "bayes", seeds=range(10), executor=None,
-        fit_method: str = "jax", **options) -> pd.DataFrame:
+        fit_method: str = "jax", intervals: str = "draws", **options) -> pd.DataFrame:
     """Run ``method`` on ``task`` for every seed; one row per (seed, budget).
 
     Args:
@@ -72,6 +74,9 @@ def run(task: Task, method: str = "bayes", seeds=range(10), executor=None,
         executor: None (serial) or any object with ``.map(fn, items)``; the per-seed job
             :func:`seed_job` is a top-level function of picklable arguments.
         fit_method: ``"jax"`` or ``"scipy"`` refit (:func:`fitting.least_squares`).
+        intervals: how ``r2_posterior`` and ``coverage90`` read the posterior: ``"draws"`` (the
+            law at parameter draws) or ``"linear"`` (each mode's delta-method Gaussian;
+            :meth:`.posterior.LaplaceMixture.predictive`). The purchases do not depend on it.
         options: passed to the method's constructor (e.g. ``batch=4``).
 
     Returns:
@@ -80,15 +85,19 @@ def run(task: Task, method: str = "bayes", seeds=range(10), executor=None,
         together, and ``n_runs`` and ``cost_spent`` sum over the groups.
     """
     _methods.make(method, **options)  # fail early on an unknown method or option
-    jobs = [(task, method, int(s), fit_method, dict(options)) for s in seeds]
+    if intervals not in INTERVALS:
+        raise BayesScalingError(f"intervals must be one of {INTERVALS}, got {intervals!r}")
+    jobs = [(task, method, int(s), fit_method, dict(options), intervals) for s in seeds]
     results = map(seed_job, jobs) if executor is None else executor.map(seed_job, jobs)
     rows = [r for rs in results for r in rs]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def seed_job(job) -> list[dict]:
-    """One seed of the protocol: ``job = (task, method, seed, fit_method, options)``."""
-    task, method, seed, fit_method, options = job
+    """One seed of the protocol: ``job = (task, method, seed, fit_method, options[, intervals])``
+    (``intervals`` as in :func:`run`, default ``"draws"``)."""
+    task, method, seed, fit_method, options, *rest = job
+    linear = (rest[0] if rest else "draws") == "linear"
     t0 = time.perf_counter()
     groups = task.groups()
     states, pending, methods = [], [], []
@@ -126,7 +135,7 @@ def seed_job(job) -> list[dict]:
                     pending[i] = np.array(deferred, dtype=int)
                     break
             fits.append(_fit_group(st, fit_method))
-        rows.append(_score(seed, budget, states, fits, t0))
+        rows.append(_score(seed, budget, states, fits, t0, linear))
     return rows
 
 
@@ -142,7 +151,7 @@ def _fit_group(st: State, fit_method: str):
     return starts.best, post
 
 
-def _score(seed, budget, states, fits, t0) -> dict:
+def _score(seed, budget, states, fits, t0, linear=False) -> dict:
     y, pred, med, lo, hi = [], [], [], [], []
     for st, (theta, post) in zip(states, fits):
         if theta is None:
@@ -153,7 +162,8 @@ def _score(seed, budget, states, fits, t0) -> dict:
             continue
         y.append(g.y_test)
         pred.append(p)
-        q = post.quantiles(g.x_test, (0.05, 0.5, 0.95), rng=np.random.default_rng(seed))
+        q = post.quantiles(g.x_test, (0.05, 0.5, 0.95), rng=np.random.default_rng(seed),
+                           linear=linear)
         lo.append(q[0])
         med.append(q[1])
         hi.append(q[2])
