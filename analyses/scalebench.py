@@ -14,6 +14,8 @@ Run (niced; ``--workers`` processes):
     python analyses/scalebench.py --summary          # tables and figures from results.csv only
     python analyses/scalebench.py --speed            # jax vs scipy refit on a few laws
     nice -n 10 python analyses/scalebench.py --intervals   # bayes's intervals: draws vs delta
+    python analyses/scalebench.py --diagnose farseer_scaling_law sl_1 7 [--methods d_opt]
+    python analyses/scalebench.py --enumerate parallel_scaling_law sl_9 0.05
 """
 from __future__ import annotations
 
@@ -35,10 +37,7 @@ RESULTS = OUT / "results.csv"
 KEY = ["task", "law", "method", "seed"]
 COLS = KEY + ["budget", "r2_protocol", "r2_posterior", "coverage90", "n_runs", "cost_spent",
               "seconds"]
-METHODS = ["random", "cheapest", "cost_random", "d_opt", "v_opt", "bayes-posterior", "bayes"]
-# Labels of a method run with options: the posterior-variance criterion with the ratio rule (the
-# ``bayes`` of the previous version, kept to compare).
-VARIANTS = {"bayes-posterior": ("bayes", {"criterion": "posterior", "greedy": "ratio"})}
+METHODS = ["random", "cheapest", "cost_random", "d_opt", "v_opt", "bayes"]
 SHORT = {"data_constrained_scaling_law": "data_con", "farseer_scaling_law": "farseer",
          "parallel_scaling_law": "parallel", "vocab_scaling_law": "vocab"}
 RUN_ORDER = ["parallel_scaling_law", "farseer_scaling_law", "data_constrained_scaling_law",
@@ -62,14 +61,14 @@ PAPER = {
 MSPE_STD = {"data_con": (0.37, 0.16, 0.11), "farseer": (0.11, 0.02, 0.00),
             "parallel": (0.00, 0.39, 0.00), "vocab": (0.02, 0.00, 0.00)}
 BUDGETS = (0.01, 0.05, 0.1)
+N_STARTS = bs.design.harness.N_STARTS
 
 
 def job(args):
     """One (task, law, method, seed): the harness's per-seed job, rows tagged with the key."""
     task_name, law_id, method, seed, data_dir = args
     task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
-    name, options = VARIANTS.get(method, (method, {}))
-    rows = bs.design.seed_job((task, name, seed, "jax", options))
+    rows = bs.design.seed_job((task, method, seed, "jax", {}))
     return [dict(task=task_name, law=law_id, method=method, **r) for r in rows]
 
 
@@ -239,6 +238,67 @@ def intervals(data_dir, seeds=range(10)):
     print("\n".join(lines))
 
 
+def diagnose(task_name, law_id, seed, method, data_dir, redraws=3):
+    """Seed by seed: what ``method`` bought at each checkpoint, the protocol refit's best minima
+    (SSE and the target R^2 each would score) and ``redraws`` refits of the same runs from fresh
+    draws of the 64 starts: tells a purchase that cannot forecast the targets from a refit that
+    missed its best minimum."""
+    from bayes_scaling.design import fitting
+
+    task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
+    law = task.law
+
+    def r2(g, theta):
+        return fitting.r2_clipped(g.y_test, np.asarray(fitting.predictor(law)(theta[None],
+                                                                              g.x_test))[0])
+
+    for budget, states, fits in bs.design.checkpoints((task, method, int(seed), "jax", {})):
+        for st, (starts, _) in zip(states, fits):
+            g, obs = st.group, st.observed
+            print(f"{budget:.0%} {g.name}: {len(obs)} runs, {st.spent / st.total:.2%} of the pool, "
+                  f"{len(np.unique(g.cost[obs]))} distinct costs")
+            if starts is None:
+                continue
+            best = np.argsort(starts.sse)[:5]
+            print("  protocol refit: SSE", np.round(starts.sse[best], 7).tolist(), "R2",
+                  [round(r2(g, starts.theta[i]), 2) for i in best])
+            x = {v: a[obs] for v, a in g.x.items()}
+            for k in range(redraws):
+                th0 = fitting.uniform_starts(law, N_STARTS, np.random.default_rng(10_000 + k))
+                again = fitting.least_squares(law, x, g.y[obs], th0)
+                print(f"  fresh starts {k}: SSE {again.sse.min():.7f}, R2 {r2(g, again.best):.2f}")
+
+
+def enumerate_purchases(task_name, law_id, budget, data_dir, cheapest=8, max_runs=3):
+    """Every purchase of 2..``max_runs`` runs among the group's ``cheapest`` runs that fits in
+    ``budget`` (the same rows bought in every group, whose pools list the same runs), scored by the
+    protocol's refit (starts of seed 0): what the best affordable purchase would score."""
+    from itertools import combinations
+
+    from bayes_scaling.design import fitting
+
+    task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
+    groups, law = task.groups(), task.law
+    frac = groups[0].cost / groups[0].cost.sum()
+    idx = np.argsort(frac)[:cheapest]
+    out = []
+    for k in range(2, max_runs + 1):
+        for c in map(list, combinations(idx, k)):
+            if frac[c].sum() > float(budget):
+                continue
+            y, pred = [], []
+            for g in groups:
+                st = fitting.least_squares(law, {v: a[c] for v, a in g.x.items()}, g.y[c],
+                                           fitting.uniform_starts(law, N_STARTS,
+                                                                  np.random.default_rng(0)))
+                pred.append(np.asarray(fitting.predictor(law)(st.best[None], g.x_test))[0])
+                y.append(g.y_test)
+            runs = [tuple(f"{v}={g.x[v][i]:.4g}" for v in law.variables) for i in c]
+            out.append((fitting.r2_clipped(np.concatenate(y), np.concatenate(pred)), runs))
+    for r2, runs in sorted(out, key=lambda r: -r[0]):
+        print(f"{r2:6.2f}  {runs}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default=",".join(METHODS))
@@ -253,9 +313,16 @@ def main(argv=None):
     ap.add_argument("--summary", action="store_true")
     ap.add_argument("--speed", action="store_true")
     ap.add_argument("--intervals", action="store_true")
+    ap.add_argument("--diagnose", nargs=3, metavar=("TASK", "LAW", "SEED"))
+    ap.add_argument("--enumerate", nargs=3, metavar=("TASK", "LAW", "BUDGET"))
     a = ap.parse_args(argv)
     if a.speed:
         return speed(a.data_dir)
+    if a.diagnose:
+        return diagnose(*a.diagnose, a.methods.split(",")[0] if a.methods != ",".join(METHODS)
+                        else "bayes", a.data_dir)
+    if a.enumerate:
+        return enumerate_purchases(*a.enumerate, a.data_dir)
     if a.intervals:
         return intervals(a.data_dir, parse_seeds(a.seeds))
     if not a.summary:

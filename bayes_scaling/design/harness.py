@@ -4,8 +4,8 @@ Protocol (Li et al. 2026, arXiv 2604.22753; SOURCE.md), for each seed and each g
 
 1. Budget ``b * C`` at each checkpoint ``b`` (``C`` the group pool's total cost). Runs are bought
    one at a time, in batches of the method's ``batch`` once ``n_params`` runs are in; a run whose
-   cost would exceed the current checkpoint's budget is held over and bought first at the next
-   checkpoint.
+   cost would exceed the current checkpoint's budget is held over and bought first at the first
+   later checkpoint whose budget it fits (no checkpoint spends more than its budget).
 2. At each checkpoint the law is refitted to the bought runs (:func:`fitting.least_squares`: 64
    starts uniform in the bounds) and scored by the clipped R^2 on the target rows of every group
    concatenated (``r2_protocol``; -1 when a fit fails).
@@ -96,9 +96,19 @@ def run(task: Task, method: str = "bayes", seeds=range(10), executor=None,
 def seed_job(job) -> list[dict]:
     """One seed of the protocol: ``job = (task, method, seed, fit_method, options[, intervals])``
     (``intervals`` as in :func:`run`, default ``"draws"``)."""
-    task, method, seed, fit_method, options, *rest = job
-    linear = (rest[0] if rest else "draws") == "linear"
+    linear = (job[5] if len(job) > 5 else "draws") == "linear"
     t0 = time.perf_counter()
+    return [_score(job[2], budget, states, fits, t0, linear)
+            for budget, states, fits in checkpoints(job)]
+
+
+def checkpoints(job):
+    """The protocol of one seed, checkpoint by checkpoint (``job`` as in :func:`seed_job`): yields
+    ``(budget, states, fits)``, ``states`` each group's :class:`State` (its ``observed`` runs are
+    those bought so far) and ``fits`` each group's ``(starts, posterior)``: every start of the
+    protocol's refit (:class:`.fitting.Starts`) and our posterior, ``(None, None)`` when the group
+    has bought nothing."""
+    task, method, seed, fit_method, options = job[:5]
     groups = task.groups()
     states, pending, methods = [], [], []
     for i, g in enumerate(groups):
@@ -108,16 +118,17 @@ def seed_job(job) -> list[dict]:
                             max(task.budgets) * total))
         pending.append(np.array([], dtype=int))
         methods.append(_methods.make(method, **options))
-    rows = []
     for budget in task.budgets:
         fits = []
         for i, (st, m) in enumerate(zip(states, methods)):
             target = st.budget = budget * st.total
-            for idx in pending[i]:
-                st.spent += st.group.cost[idx]
-            st.observed = np.concatenate([st.observed, pending[i]]).astype(int)
-            pending[i] = np.array([], dtype=int)
-            while st.spent < target - 1e-12 * st.total and len(st.candidates):
+            while len(pending[i]) and (st.spent + st.group.cost[pending[i][0]]
+                                       <= target + 1e-12 * st.total):
+                st.spent += st.group.cost[pending[i][0]]
+                st.observed = np.append(st.observed, pending[i][0]).astype(int)
+                pending[i] = pending[i][1:]
+            while not len(pending[i]) and st.spent < target - 1e-12 * st.total and len(
+                    st.candidates):
                 batch = 1 if len(st.observed) < st.n_params else m.batch
                 chosen = np.asarray(m.propose(st, min(batch, len(st.candidates))), dtype=int)
                 if len(chosen) == 0:
@@ -135,8 +146,7 @@ def seed_job(job) -> list[dict]:
                     pending[i] = np.array(deferred, dtype=int)
                     break
             fits.append(_fit_group(st, fit_method))
-        rows.append(_score(seed, budget, states, fits, t0, linear))
-    return rows
+        yield budget, states, fits
 
 
 def _fit_group(st: State, fit_method: str):
@@ -148,12 +158,13 @@ def _fit_group(st: State, fit_method: str):
     y = g.y[st.observed]
     starts = least_squares(law, x, y, uniform_starts(law, N_STARTS, st.rng), method=fit_method)
     post = LaplaceMixture.from_starts(law, g, st.observed, starts) if starts.ok else None
-    return starts.best, post
+    return starts, post
 
 
 def _score(seed, budget, states, fits, t0, linear=False) -> dict:
     y, pred, med, lo, hi = [], [], [], [], []
-    for st, (theta, post) in zip(states, fits):
+    for st, (starts, post) in zip(states, fits):
+        theta = None if starts is None else starts.best
         if theta is None:
             continue
         g = st.group

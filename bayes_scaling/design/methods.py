@@ -22,7 +22,7 @@ Ours:
   from the Laplace-mixture posterior with its modes and its discrepancy term
   (:meth:`.posterior.LaplaceMixture.joint_cov`); a batch is chosen greedily, conditioning the joint
   covariance on each run chosen (:func:`.acquisition.greedy_linear`), among the runs the current
-  checkpoint still affords (the final budget's once none does).
+  checkpoint still affords.
 """
 from __future__ import annotations
 
@@ -223,11 +223,9 @@ class Bayes(_ModelBased):
         return aff[picks[:batch]]
 
     def limit(self, state) -> float:
-        """The current checkpoint's budget while it affords a run (a run held over to the next
-        checkpoint leaves this one's budget unspent), else the final one's."""
-        if len(state.affordable(state.budget)):
-            return state.budget
-        return state.final_budget
+        """The current checkpoint's budget: a run held over to the next checkpoint would leave
+        this one's budget unspent, and once nothing fits the checkpoint closes."""
+        return state.budget
 
 
 METHODS = {"random": Random, "cheapest": Cheapest, "cost_random": CostRandom, "d_opt": DOpt,
