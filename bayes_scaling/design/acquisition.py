@@ -1,9 +1,13 @@
 """The acquisition of every model-based purchase in the project: greedy expected reduction of the
 target forecasts' uncertainty per unit cost (docs/design.md, "bayes").
 
-One engine, two front ends: the ``bayes`` method of :mod:`.methods` (covariance from the
-Laplace-mixture posterior of the runs bought) and :func:`bayes_scaling.anchors.select`
-(covariance of the log forecasts of a fitted posterior's draws).
+Front ends: the ``bayes`` method of :mod:`.methods` (:func:`greedy_refit` by default,
+:func:`greedy_linear` on the Laplace-mixture posterior's covariance with
+``criterion="posterior"``) and :func:`bayes_scaling.anchors.select` (:func:`greedy_linear` on the
+covariance of the log forecasts of a fitted posterior's draws).
+
+- :func:`greedy_refit`: the expected squared error at the targets of the least-squares refit of a
+  misspecified law (:func:`refit_error`), the quantity the ScaleBench protocol scores.
 
 - :func:`greedy_linear`: ``C`` is the joint covariance of the target rows (first ``nt`` rows)
   and the candidates (the rest). Observing candidate ``c`` with noise variance ``s_c^2`` updates

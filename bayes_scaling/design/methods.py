@@ -17,12 +17,13 @@ Baselines as ScaleBench defines them (Li et al. 2026, arXiv 2604.22753; its repo
 Ours:
 
 - ``bayes``: the same pilot, then runs (in batches of ``max(batch, n_bought // 8)`` once
-  ``n_params`` runs are in)
-  maximising the expected reduction of the summed target-region forecast variance per unit cost,
-  from the Laplace-mixture posterior with its modes and its discrepancy term
-  (:meth:`.posterior.LaplaceMixture.joint_cov`); a batch is chosen greedily, conditioning the joint
-  covariance on each run chosen (:func:`.acquisition.greedy_linear`), among the runs the current
-  checkpoint still affords.
+  ``n_params`` runs are in) minimising the expected squared error at the target rows of the
+  protocol's least-squares refit, per unit cost, under the Laplace-mixture posterior: each mode's
+  linearised refit error with the law's discrepancy, plus the modes' disagreement
+  (:func:`.acquisition.greedy_refit`); a batch is planned greedily over what is left of the
+  current checkpoint's budget by the per-cost and the gain-only rule, the plan ending lower kept.
+  ``criterion="posterior"`` reduces the posterior's own target variance instead
+  (:func:`.acquisition.greedy_linear` on :meth:`.posterior.LaplaceMixture.joint_cov`).
 """
 from __future__ import annotations
 
