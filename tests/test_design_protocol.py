@@ -2,6 +2,7 @@
 is scored on more than its budget, whatever the method proposes."""
 import numpy as np
 import pandas as pd
+import pytest
 
 import bayes_scaling as bs
 from bayes_scaling.design import harness
@@ -37,3 +38,16 @@ def test_no_checkpoint_spends_more_than_its_budget_and_held_runs_are_bought_late
                 st.group.cost[i] > 0.05 * total for i in now - prev)
             prev = now
     assert held_then_bought  # some dear run was bought at a later checkpoint
+
+
+def test_bayes_with_either_criterion_recovers_the_law_within_each_budget():
+    task = bs.design.Task(name="dear", train=_table(np.geomspace(1e6, 1e8, 15)),
+                          test=_table(np.array([3e8, 1e9])), law=LAW, cost="N",
+                          budgets=(0.1, 0.3))
+    total = task.costs(task.train).sum()
+    for criterion in ("refit", "posterior"):
+        res = bs.design.run(task, "bayes", seeds=[0], criterion=criterion)
+        assert np.all(res.cost_spent <= res.budget * total * (1 + 1e-12))
+        assert res.r2_protocol.iloc[-1] > 0.9
+    with pytest.raises(bs.BayesScalingError, match="criterion must be"):
+        bs.design.run(task, "bayes", seeds=[0], criterion="bias")
