@@ -9,10 +9,11 @@ Methods (:data:`METHODS`): ScaleBench's baselines ``random``, ``cheapest``, ``co
 ``d_opt``, ``v_opt`` and ours, ``bayes``. The math is in docs/design.md.
 """
 from .fitting import least_squares, r2_clipped, uniform_starts  # noqa: F401
-from .harness import run, seed_job  # noqa: F401
+from .harness import checkpoints, run, seed_job  # noqa: F401
 from .methods import METHODS  # noqa: F401
 from .posterior import LaplaceMixture  # noqa: F401
 from .task import ColumnProduct, Task, scalebench_task  # noqa: F401
 
-__all__ = ["ColumnProduct", "LaplaceMixture", "METHODS", "Task", "least_squares", "r2_clipped",
+__all__ = ["ColumnProduct", "LaplaceMixture", "METHODS", "Task", "checkpoints", "least_squares",
+           "r2_clipped",
            "run", "scalebench_task", "seed_job", "uniform_starts"]

@@ -1,9 +1,13 @@
 """The acquisition of every model-based purchase in the project: greedy expected reduction of the
 target forecasts' uncertainty per unit cost (docs/design.md, "bayes").
 
-One engine, two front ends: the ``bayes`` method of :mod:`.methods` (covariance from the
-Laplace-mixture posterior of the runs bought) and :func:`bayes_scaling.anchors.select`
-(covariance of the log forecasts of a fitted posterior's draws).
+Front ends: the ``bayes`` method of :mod:`.methods` (:func:`greedy_refit` by default,
+:func:`greedy_linear` on the Laplace-mixture posterior's covariance with
+``criterion="posterior"``) and :func:`bayes_scaling.anchors.select` (:func:`greedy_linear` on the
+covariance of the log forecasts of a fitted posterior's draws).
+
+- :func:`greedy_refit`: the expected squared error at the targets of the least-squares refit of a
+  misspecified law (:func:`refit_error`), the quantity the ScaleBench protocol scores.
 
 - :func:`greedy_linear`: ``C`` is the joint covariance of the target rows (first ``nt`` rows)
   and the candidates (the rest). Observing candidate ``c`` with noise variance ``s_c^2`` updates
@@ -170,3 +174,118 @@ def greedy_importance(Fc, Ft, noise_var, cost, room: float, *, weights=None,
         avail[c] = False
         room -= cost[c]
     return picks, values, v0, esss
+
+
+def refit_error(J, S, obs, nt: int, K, noise_var: float) -> float:
+    """Expected summed squared error at the targets of the regularised least-squares refit of the
+    law, linearised at one mode, when the truth is the law plus a discrepancy (docs/design.md,
+    "the refit's error").
+
+    The refit's estimate is ``u_hat = S J_O' y_O / s2`` with ``S = (J_O' J_O / s2 + L)^-1``; with
+    ``y_O = J_O u + delta_O + eps``, ``u`` from the prior of precision ``L``, ``delta ~ N(0, K)``,
+    its error at target ``t`` is ``J_t (u_hat - u) - delta_t``, of expected square
+
+        J_t S J_t'  +  K_tt - 2 g_t' K_Ot + g_t' K_OO g_t,      g_t = J_O S J_t' / s2.
+
+    Args:
+        J: Jacobian of the law at the mode over every row, targets first (rows, P).
+        S: ``(J_O' J_O / s2 + L)^-1`` for the observed rows ``obs`` (indices into the rows).
+        K: prior covariance of the discrepancy over every row.
+    """
+    Jt, Jo = J[:nt], J[obs]
+    A = Jt @ S  # (nt, P)
+    G = A @ Jo.T / noise_var  # (nt, n): the refit's weights on the observed runs
+    disc = (np.trace(K[:nt, :nt]) - 2 * np.sum(G * K[np.ix_(np.arange(nt), obs)])
+            + np.sum((G @ K[np.ix_(obs, obs)]) * G))
+    return float(np.sum(A * Jt) + disc)
+
+
+def greedy_refit(modes, nt: int, obs, cand, K, noise_var: float, cost, room: float, *,
+                 spread=None, cost_power: float = 1.0, max_picks: int | None = None):
+    """Greedy picks minimising the expected target error of the least-squares refit
+    (:func:`refit_error`, averaged over the posterior's modes) per unit cost.
+
+    Buying run ``c`` updates each mode's ``S`` by ``S - v v' / d`` (``v = S j_c``, ``d = s2 +
+    j_c' v``) and adds ``c`` to the observed rows; the gain is the drop of the expected error.
+    With ``spread``, the covariance of the modes' predictions over the rows (``sum_m w_m (mu_m -
+    mu)(mu_m - mu)'``), the error adds its target trace, conditioned on each run bought as in
+    :func:`greedy_linear`: a run the modes disagree on, where they disagree at the targets too,
+    tells the refit which mode to land in. A
+    run can *raise* it (a run far from the targets pulls a misspecified law away from them): the
+    greedy stops when no affordable run lowers it.
+
+    Args:
+        modes: ``[(weight, J, S), ...]``: each mode's weight, its Jacobian over every row (targets
+            first, then the pool) and ``S`` for the observed rows.
+        nt: number of target rows; ``obs`` and ``cand``: row indices of the observed runs and the
+            candidates (``cand`` in the order of ``cost``).
+        K: prior covariance of the discrepancy over every row.
+        spread: covariance of the modes' predictions over every row, or None.
+        noise_var, cost, room, cost_power, max_picks: as :func:`greedy_linear`.
+
+    Returns:
+        ``(picks, values, v0)``: positions in ``cand`` in order, the expected error after each
+        pick and before the first.
+    """
+    obs = list(np.asarray(obs, int))
+    cand = np.asarray(cand, int)
+    cost = np.asarray(cost, float)
+    modes = [(w, np.asarray(J, float), np.array(S, float)) for w, J, S in modes]
+    T = np.arange(nt)
+
+    def total(ms, o):
+        return sum(w * refit_error(J, S, o, nt, K, noise_var) for w, J, S in ms)
+
+    D = None if spread is None else np.array(spread, float)
+    cur = v0 = total(modes, obs) + (0.0 if D is None else float(np.trace(D[:nt, :nt])))
+    avail = np.ones(len(cand), bool)
+    picks, values = [], []
+    while max_picks is None or len(picks) < max_picks:
+        ok = _affordable(avail, cost, room)
+        if not ok.any():
+            break
+        c_idx = cand[ok]
+        o = np.asarray(obs, int)
+        err = np.zeros(len(c_idx))
+        for w, J, S in modes:
+            Jt, Jo, Jc = J[:nt], J[o], J[c_idx]
+            V = Jc @ S  # (nc, P): v_c' = j_c' S
+            d = noise_var + np.sum(V * Jc, 1)
+            a = (Jt @ V.T).T / d[:, None]  # (nc, nt): the refit's weight on run c
+            B = Jt @ S @ Jo.T / noise_var  # (nt, n)
+            b = V @ Jo.T / noise_var  # (nc, n)
+            var = np.sum((Jt @ S) * Jt) - np.sum(a * a * d[:, None], 1)
+            Kot, Koo = K[np.ix_(o, T)], K[np.ix_(o, o)]
+            Kct, Koc = K[np.ix_(c_idx, T)], K[np.ix_(o, c_idx)]
+            BK = B @ Koo  # (nt, n)
+            # g_t' K_Ot with g_t = [B_t - a_ct b_c, a_ct]
+            lin = (np.sum(B * Kot.T) - np.sum(a * (b @ Kot), 1) + np.sum(a * Kct, 1))
+            quad = (np.sum(BK * B) - 2 * np.sum(a * (b @ BK.T), 1)
+                    + np.sum(a * a, 1) * np.sum((b @ Koo) * b, 1)
+                    + 2 * (np.sum(a * (Koc.T @ B.T), 1) - np.sum(a * a, 1) * np.sum(b * Koc.T, 1))
+                    + np.sum(a * a, 1) * K[c_idx, c_idx])
+            err += w * (var + np.trace(K[:nt, :nt]) - 2 * lin + quad)
+        if D is not None:
+            err += np.trace(D[:nt, :nt]) - np.sum(D[np.ix_(T, c_idx)] ** 2, 0) / (
+                D[c_idx, c_idx] + noise_var)
+        gain = cur - err
+        score = np.where(np.isfinite(gain), gain / cost[ok] ** cost_power, -np.inf)
+        j = int(np.argmax(score))
+        if not (score[j] > 0):
+            break
+        c = int(np.flatnonzero(ok)[j])
+        new = []
+        for w, J, S in modes:
+            v = S @ J[cand[c]]
+            new.append((w, J, S - np.outer(v, v) / (noise_var + J[cand[c]] @ v)))
+        modes = new
+        if D is not None:
+            col = D[:, cand[c]].copy()
+            D -= np.outer(col, col) / (col[cand[c]] + noise_var)
+        obs.append(int(cand[c]))
+        picks.append(c)
+        cur = float(err[j])
+        values.append(cur)
+        avail[c] = False
+        room -= cost[c]
+    return picks, values, v0

@@ -4,8 +4,8 @@ Protocol (Li et al. 2026, arXiv 2604.22753; SOURCE.md), for each seed and each g
 
 1. Budget ``b * C`` at each checkpoint ``b`` (``C`` the group pool's total cost). Runs are bought
    one at a time, in batches of the method's ``batch`` once ``n_params`` runs are in; a run whose
-   cost would exceed the current checkpoint's budget is held over and bought first at the next
-   checkpoint.
+   cost would exceed the current checkpoint's budget is held over and bought first at the first
+   later checkpoint whose budget it fits (no checkpoint spends more than its budget).
 2. At each checkpoint the law is refitted to the bought runs (:func:`fitting.least_squares`: 64
    starts uniform in the bounds) and scored by the clipped R^2 on the target rows of every group
    concatenated (``r2_protocol``; -1 when a fit fails).
@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..errors import BayesScalingError
 from . import methods as _methods
 from .fitting import least_squares, predictor, r2_clipped, uniform_starts
 from .posterior import LaplaceMixture
 from .task import Group, Task
 
 N_STARTS = 64
+INTERVALS = ("draws", "linear")
 COLUMNS = ["seed", "budget", "n_runs", "cost_spent", "r2_protocol", "r2_posterior", "coverage90",
            "seconds"]
 
@@ -62,7 +64,7 @@ class State:
 
 
 def run(task: Task, method: str = "bayes", seeds=range(10), executor=None,
-        fit_method: str = "jax", **options) -> pd.DataFrame:
+        fit_method: str = "jax", intervals: str = "draws", **options) -> pd.DataFrame:
     """Run ``method`` on ``task`` for every seed; one row per (seed, budget).
 
     Args:
@@ -72,6 +74,9 @@ def run(task: Task, method: str = "bayes", seeds=range(10), executor=None,
         executor: None (serial) or any object with ``.map(fn, items)``; the per-seed job
             :func:`seed_job` is a top-level function of picklable arguments.
         fit_method: ``"jax"`` or ``"scipy"`` refit (:func:`fitting.least_squares`).
+        intervals: how ``r2_posterior`` and ``coverage90`` read the posterior: ``"draws"`` (the
+            law at parameter draws) or ``"linear"`` (each mode's delta-method Gaussian;
+            :meth:`.posterior.LaplaceMixture.predictive`). The purchases do not depend on it.
         options: passed to the method's constructor (e.g. ``batch=4``).
 
     Returns:
@@ -80,16 +85,30 @@ def run(task: Task, method: str = "bayes", seeds=range(10), executor=None,
         together, and ``n_runs`` and ``cost_spent`` sum over the groups.
     """
     _methods.make(method, **options)  # fail early on an unknown method or option
-    jobs = [(task, method, int(s), fit_method, dict(options)) for s in seeds]
+    if intervals not in INTERVALS:
+        raise BayesScalingError(f"intervals must be one of {INTERVALS}, got {intervals!r}")
+    jobs = [(task, method, int(s), fit_method, dict(options), intervals) for s in seeds]
     results = map(seed_job, jobs) if executor is None else executor.map(seed_job, jobs)
     rows = [r for rs in results for r in rs]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def seed_job(job) -> list[dict]:
-    """One seed of the protocol: ``job = (task, method, seed, fit_method, options)``."""
-    task, method, seed, fit_method, options = job
+    """One seed of the protocol: ``job = (task, method, seed, fit_method, options[, intervals])``
+    (``intervals`` as in :func:`run`, default ``"draws"``)."""
+    linear = (job[5] if len(job) > 5 else "draws") == "linear"
     t0 = time.perf_counter()
+    return [_score(job[2], budget, states, fits, t0, linear)
+            for budget, states, fits in checkpoints(job)]
+
+
+def checkpoints(job):
+    """The protocol of one seed, checkpoint by checkpoint (``job`` as in :func:`seed_job`): yields
+    ``(budget, states, fits)``, ``states`` each group's :class:`State` (its ``observed`` runs are
+    those bought so far) and ``fits`` each group's ``(starts, posterior)``: every start of the
+    protocol's refit (:class:`.fitting.Starts`) and our posterior, ``(None, None)`` when the group
+    has bought nothing."""
+    task, method, seed, fit_method, options = job[:5]
     groups = task.groups()
     states, pending, methods = [], [], []
     for i, g in enumerate(groups):
@@ -99,16 +118,17 @@ def seed_job(job) -> list[dict]:
                             max(task.budgets) * total))
         pending.append(np.array([], dtype=int))
         methods.append(_methods.make(method, **options))
-    rows = []
     for budget in task.budgets:
         fits = []
         for i, (st, m) in enumerate(zip(states, methods)):
             target = st.budget = budget * st.total
-            for idx in pending[i]:
-                st.spent += st.group.cost[idx]
-            st.observed = np.concatenate([st.observed, pending[i]]).astype(int)
-            pending[i] = np.array([], dtype=int)
-            while st.spent < target - 1e-12 * st.total and len(st.candidates):
+            while len(pending[i]) and (st.spent + st.group.cost[pending[i][0]]
+                                       <= target + 1e-12 * st.total):
+                st.spent += st.group.cost[pending[i][0]]
+                st.observed = np.append(st.observed, pending[i][0]).astype(int)
+                pending[i] = pending[i][1:]
+            while not len(pending[i]) and st.spent < target - 1e-12 * st.total and len(
+                    st.candidates):
                 batch = 1 if len(st.observed) < st.n_params else m.batch
                 chosen = np.asarray(m.propose(st, min(batch, len(st.candidates))), dtype=int)
                 if len(chosen) == 0:
@@ -126,8 +146,7 @@ def seed_job(job) -> list[dict]:
                     pending[i] = np.array(deferred, dtype=int)
                     break
             fits.append(_fit_group(st, fit_method))
-        rows.append(_score(seed, budget, states, fits, t0))
-    return rows
+        yield budget, states, fits
 
 
 def _fit_group(st: State, fit_method: str):
@@ -139,12 +158,13 @@ def _fit_group(st: State, fit_method: str):
     y = g.y[st.observed]
     starts = least_squares(law, x, y, uniform_starts(law, N_STARTS, st.rng), method=fit_method)
     post = LaplaceMixture.from_starts(law, g, st.observed, starts) if starts.ok else None
-    return starts.best, post
+    return starts, post
 
 
-def _score(seed, budget, states, fits, t0) -> dict:
+def _score(seed, budget, states, fits, t0, linear=False) -> dict:
     y, pred, med, lo, hi = [], [], [], [], []
-    for st, (theta, post) in zip(states, fits):
+    for st, (starts, post) in zip(states, fits):
+        theta = None if starts is None else starts.best
         if theta is None:
             continue
         g = st.group
@@ -153,7 +173,8 @@ def _score(seed, budget, states, fits, t0) -> dict:
             continue
         y.append(g.y_test)
         pred.append(p)
-        q = post.quantiles(g.x_test, (0.05, 0.5, 0.95), rng=np.random.default_rng(seed))
+        q = post.quantiles(g.x_test, (0.05, 0.5, 0.95), rng=np.random.default_rng(seed),
+                           linear=linear)
         lo.append(q[0])
         med.append(q[1])
         hi.append(q[2])

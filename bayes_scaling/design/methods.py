@@ -17,21 +17,22 @@ Baselines as ScaleBench defines them (Li et al. 2026, arXiv 2604.22753; its repo
 Ours:
 
 - ``bayes``: the same pilot, then runs (in batches of ``max(batch, n_bought // 8)`` once
-  ``n_params`` runs are in)
-  maximising the expected reduction of the summed target-region forecast variance per unit cost,
-  from the Laplace-mixture posterior with its modes and its discrepancy term
-  (:meth:`.posterior.LaplaceMixture.joint_cov`); a batch is chosen greedily, conditioning the joint
-  covariance on each run chosen (:func:`.acquisition.greedy_linear`), among the runs the current
-  checkpoint still affords (the final budget's once none does).
+  ``n_params`` runs are in) minimising the expected squared error at the target rows of the
+  protocol's least-squares refit, per unit cost, under the Laplace-mixture posterior: each mode's
+  linearised refit error with the law's discrepancy, plus the modes' disagreement
+  (:func:`.acquisition.greedy_refit`); a batch is planned greedily over what is left of the
+  current checkpoint's budget by the per-cost and the gain-only rule, the plan ending lower kept.
+  ``criterion="posterior"`` reduces the posterior's own target variance instead
+  (:func:`.acquisition.greedy_linear` on :meth:`.posterior.LaplaceMixture.joint_cov`).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import BayesScalingError
-from .acquisition import RULES, best_rule, greedy_linear
+from .acquisition import RULES, best_rule, greedy_linear, greedy_refit
 from .fitting import jacobian_theta, least_squares, uniform_starts
-from .posterior import LaplaceMixture
+from .posterior import LaplaceMixture, kernel
 
 #: Starts of the refit a method makes between purchases (its previous optima plus uniform draws).
 REFIT_STARTS = 16
@@ -170,17 +171,25 @@ class VOpt(_Classical):
 
 
 class Bayes(_ModelBased):
-    """Expected reduction of the target-region forecast variance per unit cost, from the
-    Laplace-mixture posterior (modes and discrepancy included); greedy batches."""
+    """Expected reduction of the target-region forecast error per unit cost, from the
+    Laplace-mixture posterior (modes and discrepancy included); greedy batches.
+
+    ``criterion="refit"`` (default): the expected error of the least-squares refit of the law at
+    the targets, the discrepancy included (:func:`.acquisition.greedy_refit`);
+    ``"posterior"``: the posterior's own target variance (:func:`.acquisition.greedy_linear`).
+    """
 
     def __init__(self, batch: int = 4, cost_power: float = 1.0, discrepancy: float = 1.0,
-                 greedy: str = "ratio"):
+                 greedy: str = "auto", criterion: str = "refit"):
         if greedy not in ("auto", "ratio", "gain"):
             raise BayesScalingError(f"greedy must be 'auto', 'ratio' or 'gain', got {greedy!r}")
+        if criterion not in ("refit", "posterior"):
+            raise BayesScalingError(f"criterion must be 'refit' or 'posterior', got {criterion!r}")
         self.batch = int(batch)
         self.cost_power = float(cost_power)
         self.discrepancy = float(discrepancy)
         self.greedy = greedy
+        self.criterion = criterion
 
     def choose(self, state, aff, starts, batch):
         if batch > 1:  # batches grow with the runs bought: one refit per ~12% more runs
@@ -190,26 +199,34 @@ class Bayes(_ModelBased):
                                           discrepancy=self.discrepancy)
         nt = len(g.y_test)
         rows = {v: np.concatenate([g.x_test[v], g.x[v]]) for v in g.x}
-        C = post.joint_cov(rows)
-        keep = np.concatenate([np.arange(nt), nt + aff])
-        C = C[np.ix_(keep, keep)]
         room = self.limit(state) - state.spent
+        if self.criterion == "refit":
+            z = post.z(rows)
+            modes = list(zip(post.weights, post.jacobians(rows), post.cov))
+            K = post.disc2 * kernel(z, z)
+            spread = post.mode_spread(rows)
+        else:
+            keep = np.concatenate([np.arange(nt), nt + aff])
+            C = post.joint_cov(rows)[np.ix_(keep, keep)]
 
         def run(power):  # the ratio rule with the method's own cost power
             power = self.cost_power if power == RULES["ratio"] else power
+            picks = None if self.greedy == "auto" else batch
+            if self.criterion == "refit":
+                return greedy_refit(modes, nt, nt + state.observed, nt + aff, K, post.sigma2,
+                                    g.cost[aff], room, spread=spread, cost_power=power,
+                                    max_picks=picks)
             return greedy_linear(C, nt, post.sigma2, g.cost[aff], room, cost_power=power,
-                                 max_picks=None if self.greedy == "auto" else batch)
+                                 max_picks=picks)
 
         _, (picks, _, _), _ = best_rule(run, ("ratio", "gain") if self.greedy == "auto"
                                         else (self.greedy,))
         return aff[picks[:batch]]
 
     def limit(self, state) -> float:
-        """The current checkpoint's budget while it affords a run (a run held over to the next
-        checkpoint leaves this one's budget unspent), else the final one's."""
-        if len(state.affordable(state.budget)):
-            return state.budget
-        return state.final_budget
+        """The current checkpoint's budget: a run held over to the next checkpoint would leave
+        this one's budget unspent, and once nothing fits the checkpoint closes."""
+        return state.budget
 
 
 METHODS = {"random": Random, "cheapest": Cheapest, "cost_random": CostRandom, "d_opt": DOpt,

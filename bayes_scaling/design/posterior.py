@@ -133,20 +133,50 @@ class LaplaceMixture:
         u = self.u[k] + np.einsum("nij,nj->ni", L[k], eps)
         return np.asarray(from_unconstrained(self.law, jnp.asarray(u)))
 
-    def predictive(self, x: dict, n: int = 1000, rng=None) -> np.ndarray:
-        """Draws of a new observation at rows ``x`` (law + discrepancy + noise): (n, rows)."""
+    def predictive(self, x: dict, n: int = 1000, rng=None, linear: bool = False) -> np.ndarray:
+        """Draws of a new observation at rows ``x`` (law + discrepancy + noise): (n, rows).
+
+        ``linear=False``: the law at parameter draws from each mode's Gaussian. ``linear=True``:
+        each mode's delta-method Gaussian in prediction space, ``N(f(u_m), J_m S_m J_m')``, the
+        approximation the acquisition uses; a parameter pinned at a bound (flat direction in the
+        logit coordinates, near-zero prior curvature) then stays there instead of being drawn
+        anywhere in its box."""
         rng = np.random.default_rng(0) if rng is None else rng
-        f = np.asarray(predictor(self.law)(jnp.asarray(self.draws(n, rng)),
-                                           {k: jnp.asarray(v) for k, v in x.items()}))
+        xj = {k: jnp.asarray(v) for k, v in x.items()}
+        if linear:
+            k = rng.choice(len(self.weights), size=n, p=self.weights)
+            theta = from_unconstrained(self.law, jnp.asarray(self.u))
+            mu = np.asarray(predictor(self.law)(theta, xj))
+            sd = np.sqrt(np.clip([np.einsum("rp,pq,rq->r", J, S, J)
+                                  for J, S in zip(self.jacobians(x), self.cov)], 0, None))
+            f = mu[k] + sd[k] * rng.standard_normal((n, mu.shape[1]))
+        else:
+            f = np.asarray(predictor(self.law)(jnp.asarray(self.draws(n, rng)), xj))
         z = self.z(x)
         extra = np.clip(np.diag(self.discrepancy_cov(z)), 0, None) + self.sigma2
         return f + np.sqrt(extra) * rng.standard_normal(f.shape)
 
-    def quantiles(self, x: dict, qs=(0.05, 0.5, 0.95), n: int = 1000, rng=None) -> np.ndarray:
+    def quantiles(self, x: dict, qs=(0.05, 0.5, 0.95), n: int = 1000, rng=None,
+                  linear: bool = False) -> np.ndarray:
         """Predictive quantiles at rows ``x``: (len(qs), rows); non-finite draws are dropped."""
-        d = self.predictive(x, n, rng)
+        d = self.predictive(x, n, rng, linear=linear)
         d = np.where(np.isfinite(d), d, np.nan)
         return np.nanquantile(d, qs, axis=0)
+
+    def jacobians(self, x: dict) -> list[np.ndarray]:
+        """Each mode's Jacobian of the law over rows ``x`` in the unconstrained coordinates."""
+        xj = {k: jnp.asarray(v) for k, v in x.items()}
+        return [np.nan_to_num(np.asarray(jacobian_u(self.law)(jnp.asarray(u), xj)[1]))
+                for u in self.u]
+
+    def mode_spread(self, x: dict) -> np.ndarray:
+        """Covariance of the modes' predictions over rows ``x``: ``sum_k w_k (m_k - m)(m_k - m)^T``
+        with ``m_k`` the law at mode ``k``'s centre and ``m`` their weighted mean."""
+        theta = from_unconstrained(self.law, jnp.asarray(self.u))
+        means = np.nan_to_num(np.asarray(predictor(self.law)(
+            theta, {k: jnp.asarray(v) for k, v in x.items()})))
+        dev = means - self.weights @ means
+        return (self.weights[:, None] * dev).T @ dev
 
     def joint_cov(self, x: dict) -> np.ndarray:
         """Covariance of the law's value plus discrepancy over rows ``x`` under the mixture, in the
