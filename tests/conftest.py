@@ -1,4 +1,6 @@
 import gc
+import os
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -7,10 +9,11 @@ import pytest
 
 import bayes_scaling as bs
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def committed_table(path) -> pd.DataFrame:
     """A committed loss table (a sweep's CSV), or a skip with the reason when it has no rows yet."""
-    from pathlib import Path
     path = Path(path)
     if not path.exists():
         pytest.skip(f"{path.name} is not committed yet")
@@ -44,6 +47,18 @@ def simulate(law, grid, params=None, noise=0.002, seed=0):
 def epoch():
     df = bs.datasets.load("chinchilla_epoch")
     return df, df[df["epoch_kept"]].reset_index(drop=True)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster of 2 CPUs for the whole run (each start costs seconds); its workers
+    import this checkout and the test modules' jobs."""
+    ray = pytest.importorskip("ray")
+    path = os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path}})
+    yield
+    ray.shutdown()
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -43,17 +43,6 @@ def fail_on_three(i):
     return i
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """A local Ray cluster of 2 CPUs for this module; its workers import this file's jobs."""
-    ray = pytest.importorskip("ray")
-    path = os.pathsep.join([str(TESTS), str(ROOT), os.environ.get("PYTHONPATH", "")])
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False,
-             runtime_env={"env_vars": {"PYTHONPATH": path}})
-    yield
-    ray.shutdown()
-
-
 def test_import_does_not_import_ray():
     code = "import sys, scaleout; scaleout.get_executor('local'); print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

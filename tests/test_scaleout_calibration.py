@@ -1,14 +1,9 @@
 """The calibration study gives the same table whichever executor runs its fits."""
-import os
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
 
 from bayes_scaling.calibration import calibrate
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def chin_grid():
@@ -34,13 +29,6 @@ def test_local_pool_matches_serial(serial):
                    executor="local"), serial)
 
 
-def test_ray_matches_serial(serial):
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False,
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(
-                 [str(ROOT), os.environ.get("PYTHONPATH", "")])}})
-    try:
-        same(calibrate("chinchilla", chin_grid(), n_datasets=4, method="laplace", seed=3,
-                       executor="ray"), serial)
-    finally:
-        ray.shutdown()
+def test_ray_matches_serial(serial, ray_cluster):
+    same(calibrate("chinchilla", chin_grid(), n_datasets=4, method="laplace", seed=3,
+                   executor="ray"), serial)

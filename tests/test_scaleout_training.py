@@ -41,15 +41,6 @@ def rows(out: Path) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False,
-             runtime_env={"env_vars": {"PYTHONPATH": path}})
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """An uninterrupted serial run: its config and rows."""
     tmp = tmp_path_factory.mktemp("ref")
