@@ -19,7 +19,11 @@ the queries (MAE_rel of the posterior median; coverage of the 90% predictive int
   plain-gain fallback, ``greedy="auto"``, from the posterior fitted at PTPP {15, 31}); also
   reported: ``ours-gain``, the same criterion ranked by value alone (``greedy="gain"``).
 
-Budgets are multiples of the paper's anchor cost. ``--train-ptpp``/``--test-ptpp`` move the
+Budgets are multiples of the paper's anchor cost. As a diagnosis, the law is also refitted on one
+model's full PTPP-279 grid (each size but the smallest, whose grid is ``paper`` at 1x) and on
+every candidate; every refit's posterior mode goes into results.csv (``map_*``), so the summary
+shows which parameters the anchors move. The fits run strategies first, then random seeds, then
+the diagnosis, writing results.csv and summary.md after each (``--resume`` continues a run). ``--train-ptpp``/``--test-ptpp`` move the
 protocol to other stages (e.g. fit at 15, anchors and queries at 31, while PTPP 279 is still
 being trained). Writes ``analyses/out/anchor_study[_p<train>to<test>][_synthetic]/``:
 results.csv, selection_order.csv, budget_error.png, summary.md.
@@ -111,6 +115,8 @@ def main(argv=None):
     ap.add_argument("--refit-posterior", default=None, choices=("auto", "nuts", "laplace"),
                     help="posterior of the refits (default: as --posterior)")
     ap.add_argument("--posterior-kw", default="{}", help="JSON kwargs for bs.fit_posterior")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the rows of an earlier results.csv and fit only the missing ones")
     args = ap.parse_args(argv)
     train_ptpp = tuple(float(x) for x in args.train_ptpp.split(","))
     default = train_ptpp == (15.0, 31.0) and args.test_ptpp == 279.0
@@ -143,40 +149,125 @@ def main(argv=None):
 
     refit_kind = args.refit_posterior or args.posterior
     base, how = bc.posterior(law, train, seed=0, kind=args.posterior, posterior_kw=kw)
-    rows = [dict(strategy="none", budget_x=0.0, budget=0.0, spent=0.0, n_anchors=0, seed=0,
-                 **score(base, queries))]
     sel_full = select(base, cands, cost=flops, budget=max(budgets), queries=queries)
     sel_full.to_csv(out / "selection_order.csv", index=False)
+    done = pd.read_csv(out / "results.csv") if args.resume and (out / "results.csv").exists() \
+        else pd.DataFrame()
+    rows = done.to_dict("records")
+    keys = {(r["strategy"], round(r["budget_x"], 6), r["seed"]) for r in rows}
+    header = {"law": law, "how": how, "refit_kind": refit_kind, "base": base, "train": train,
+              "cands": cands, "queries": queries, "paper_cost": paper_cost, "seeds": args.seeds,
+              "t0": t0, "train_ptpp": train_ptpp, "test_ptpp": args.test_ptpp,
+              "default": default, "synthetic": args.synthetic, "out": out}
+
+    def record(strategy, b, idx, post, seed=0):
+        rows.append(dict(strategy=strategy, budget_x=b / paper_cost, budget=b,
+                         spent=float(cost[idx].sum()), n_anchors=len(idx), seed=seed,
+                         sizes="/".join(str(int((cands.loc[idx, bc.SIZE] == n).sum()))
+                                        for n in sizes),
+                         **score(post, queries),
+                         **{f"map_{k}": float(v) for k, v in post.map.items()}))
+        pd.DataFrame(rows).to_csv(out / "results.csv", index=False)
+        write_summary(pd.DataFrame(rows), **header)
 
     def refit(idx, strategy, b, seed=0):
+        if (strategy, round(b / paper_cost, 6), seed) in keys:
+            return
         fit_df = pd.concat([train, cands.loc[idx]])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             post, _ = bc.posterior(law, fit_df, seed=seed, kind=refit_kind, posterior_kw=kw)
-        rows.append(dict(strategy=strategy, budget_x=b / paper_cost, budget=b,
-                         spent=float(cost[idx].sum()), n_anchors=len(idx), seed=seed,
-                         **score(post, queries)))
+        record(strategy, b, idx, post, seed)
+        print(f"{strategy} {b / paper_cost:g}x seed {seed} ({time.time() - t0:.0f} s)", flush=True)
 
+    sizes = sorted(cands[bc.SIZE].unique())
+    if ("none", 0.0, 0) not in keys:
+        record("none", 0.0, [], base)
+    # the strategies first, then the random seeds, then one size's full grid each: a partial run
+    # already compares the strategies at every budget
     for b in budgets:
-        ours = select(base, cands, cost=flops, budget=b, queries=queries)
-        refit(ours["candidate"].tolist(), "ours", b)
-        gain = select(base, cands, cost=flops, budget=b, queries=queries,
-                      greedy="gain")["candidate"].tolist()
-        refit(gain, "ours-gain", b)
+        refit(select(base, cands, cost=flops, budget=b, queries=queries)["candidate"].tolist(),
+              "ours", b)
+        refit(select(base, cands, cost=flops, budget=b, queries=queries,
+                     greedy="gain")["candidate"].tolist(), "ours-gain", b)
         refit(take_in_order(p_order, cost, b), "paper", b)
-        for s in range(args.seeds):
-            order = list(np.random.default_rng(s).permutation(cands.index.to_numpy()))
+    for s in range(args.seeds):
+        order = list(np.random.default_rng(s).permutation(cands.index.to_numpy()))
+        for b in budgets:
             refit(take_in_order(order, cost, b), "random", b, seed=s)
-        print(f"budget {b / paper_cost:g}x done ({time.time() - t0:.0f} s)", flush=True)
+    for n in sizes[1:]:  # the smallest model's grid is the paper's anchors at 1x
+        idx = cands.index[np.isclose(cands[bc.SIZE], n)].tolist()
+        refit(idx, f"grid N={n:.0f}", float(cost[idx].sum()))
+    refit(cands.index.tolist(), "every candidate", float(cost.sum()))
+    return 0
 
-    res = pd.DataFrame(rows)
+
+def write_summary(res, *, law, how, refit_kind, base, train, cands, queries, paper_cost, seeds,
+                  t0, train_ptpp, test_ptpp, default, synthetic, out):
+    """summary.md and budget_error.png from the rows of results.csv so far."""
+    res = res.copy()
     res["failed"] = res["failed"].fillna("")
-    res.to_csv(out / "results.csv", index=False)
+    is_diag = res["strategy"].str.startswith(("grid", "every"))
+    diag, res = res[is_diag], res[~is_diag]
     agg = res.groupby(["strategy", "budget_x"]).agg(
         mae_rel=("mae_rel", "mean"), mae_rel_sd=("mae_rel", "std"), coverage90=("coverage90", "mean"),
         width_rel=("width_rel", "mean"), spent=("spent", "mean"), n_anchors=("n_anchors", "mean"),
-        seeds=("seed", "count"), failed=("failed", lambda f: int((f != "").sum()))).reset_index()
+        sizes=("sizes", "first"), seeds=("seed", "count"),
+        failed=("failed", lambda f: int((f != "").sum()))).reset_index()
+    agg["sizes"] = agg["sizes"].where(agg["seeds"] == 1, "").fillna("")
+    plot(agg, test_ptpp, out)
+    best = {}
+    for b, g in agg[agg["strategy"] != "none"].groupby("budget_x"):
+        g = g.set_index("strategy")["mae_rel"].dropna()
+        best[b] = (g.idxmin() if len(g) else "none (every refit failed)", g.to_dict())
+    stages = "{" + ", ".join(f"{p:g}" for p in train_ptpp) + "}"
+    sizes = ", ".join(f"{n:.0f}" for n in sorted(cands[bc.SIZE].unique()))
+    lines = ["# Anchor study on `bible_ptpp`" + (" (SYNTHETIC dry run)" if synthetic else "")
+             + ("" if default else f": fit at PTPP {stages}, anchors and queries at PTPP "
+                                   f"{test_ptpp:g}"), "",
+             (f"Law `{law.name}` on the target domain; fit at PTPP {stages} ({len(train)} rows); "
+             f"{len(cands)} candidates at PTPP {test_ptpp:g} (N_nonemb {sizes}); {len(queries)} "
+             f"queries (largest model, N_nonemb = {queries[bc.SIZE].iloc[0]:.0f}). Posterior: "
+             f"{how} (refits: {refit_kind}); {bc.diagnostics_note(base) or 'no diagnostics'}. "
+             f"Paper anchor cost {paper_cost:.3e} FLOPs; random: mean of the seeds run "
+             f"(column seeds, of {seeds}). {len(res) + len(diag)} fits, run time "
+             f"{time.time() - t0:.0f} s."), "",
+             ("| strategy | budget (x paper) | anchors | runs per size | FLOPs spent | MAE_rel "
+              "| 90% coverage | rel. width | seeds | failed refits |"),
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for _, r in agg.sort_values(["budget_x", "strategy"]).iterrows():
+        lines.append(f"| {r['strategy']} | {r['budget_x']:g} | {r['n_anchors']:.1f} | {r['sizes']} "
+                     f"| {r['spent']:.3e} | {r['mae_rel']:.4f}"
+                     + (f" +- {r['mae_rel_sd']:.4f}" if r['seeds'] > 1 else "")
+                     + f" | {r['coverage90']:.2f} | {r['width_rel']:.4f} | {r['seeds']} "
+                       f"| {r['failed']} |")
+    lines += ["", "Winner by MAE_rel at each budget (honest comparison; random is a mean over seeds):",
+              ""]
+    for b, (w, d) in best.items():
+        others = ", ".join(f"{k} {v:.4f}" for k, v in sorted(d.items()))
+        lines.append(f"- {b:g}x: **{w}** ({others})")
+    if len(diag):
+        lines += ["", ("One model's full grid of anchors (the smallest model's is `paper` at 1x) "
+                       "and every candidate:"), "",
+                  "| anchors | FLOPs (x paper) | MAE_rel | 90% coverage | rel. width |",
+                  "|---|---|---|---|---|"]
+        for _, r in diag.iterrows():
+            lines.append(f"| {r['strategy']} | {r['budget_x']:.1f} | {r['mae_rel']:.4f} "
+                         f"| {r['coverage90']:.2f} | {r['width_rel']:.4f} |")
+    mp = [c for c in res.columns if c.startswith("map_") and c != "map_sigma"]
+    moved = res[(res["seed"] == 0) & res["strategy"].isin(["none", "ours", "paper"])]
+    lines += ["", ("Posterior mode of every parameter, base fit and the refits of `ours` and "
+                   "`paper` (which parameters the anchors move):"), "",
+              "| strategy | budget | " + " | ".join(c[4:] for c in mp) + " |",
+              "|---|---|" + "---|" * len(mp)]
+    for _, r in moved.sort_values(["budget_x", "strategy"]).iterrows():
+        lines.append(f"| {r['strategy']} | {r['budget_x']:g} | "
+                     + " | ".join(f"{r[c]:.4g}" for c in mp) + " |")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
 
+
+def plot(agg, test_ptpp, out):
+    """budget_error.png: MAE_rel and 90% coverage against the budget, one line per strategy."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
     colors = {"ours": "C2", "ours-gain": "C3", "paper": "C0", "random": "C1", "none": "k"}
     for strat, g in agg.groupby("strategy"):
@@ -191,42 +282,12 @@ def main(argv=None):
     axes[1].axhline(0.9, color="grey", ls="--", lw=1)
     axes[0].set(xscale="log", xlabel="budget (x the paper's anchor cost)",
                 ylabel="MAE_rel at the queries",
-                title=f"error at the largest model, PTPP {args.test_ptpp:g}")
+                title=f"error at the largest model, PTPP {test_ptpp:g}")
     axes[1].set(xscale="log", xlabel="budget (x the paper's anchor cost)",
                 ylabel="90% interval coverage", title="calibration", ylim=(-0.02, 1.02))
     axes[0].legend()
     fig.savefig(out / "budget_error.png", dpi=120)
     plt.close(fig)
-
-    best = {}
-    for b, g in agg[agg["strategy"] != "none"].groupby("budget_x"):
-        g = g.set_index("strategy")["mae_rel"].dropna()
-        best[b] = (g.idxmin() if len(g) else "none (every refit failed)", g.to_dict())
-    stages = "{" + ", ".join(f"{p:g}" for p in train_ptpp) + "}"
-    lines = ["# Anchor study on `bible_ptpp`" + (" (SYNTHETIC dry run)" if args.synthetic else "")
-             + ("" if default else f": fit at PTPP {stages}, anchors and queries at PTPP "
-                                   f"{args.test_ptpp:g}"), "",
-             f"Law `{law.name}` on the target domain; fit at PTPP {stages} ({len(train)} rows); "
-             f"{len(cands)} candidates at PTPP {args.test_ptpp:g}; {len(queries)} queries (largest model, "
-             f"N_nonemb = {queries[bc.SIZE].iloc[0]:.0f}). Posterior: {how} (refits: {refit_kind}); "
-             f"{bc.diagnostics_note(base) or 'no diagnostics'}. "
-             f"Paper anchor cost "
-             f"{paper_cost:.3e} FLOPs; random: mean of {args.seeds} seeds. "
-             f"Run time {time.time() - t0:.0f} s.", "",
-             "| strategy | budget (x paper) | anchors | FLOPs spent | MAE_rel | 90% coverage | rel. width "
-             "| failed refits |",
-             "|---|---|---|---|---|---|---|---|"]
-    for _, r in agg.sort_values(["budget_x", "strategy"]).iterrows():
-        lines.append(f"| {r['strategy']} | {r['budget_x']:g} | {r['n_anchors']:.1f} | {r['spent']:.3e} | "
-                     f"{r['mae_rel']:.4f}" + (f" +- {r['mae_rel_sd']:.4f}" if r['seeds'] > 1 else "")
-                     + f" | {r['coverage90']:.2f} | {r['width_rel']:.4f} | {r['failed']} |")
-    lines += ["", "Winner by MAE_rel at each budget (honest comparison; random is a mean over seeds):", ""]
-    for b, (w, d) in best.items():
-        others = ", ".join(f"{k} {v:.4f}" for k, v in sorted(d.items()))
-        lines.append(f"- {b:g}x: **{w}** ({others})")
-    (out / "summary.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0
 
 
 if __name__ == "__main__":

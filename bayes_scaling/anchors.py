@@ -155,8 +155,9 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
         draws = as_draws(posterior, max_draws)
     except BayesScalingError:
         draws = None
-    src = draws if isinstance(posterior, ParamDraws) or not hasattr(posterior, "predict_draws") \
-        else posterior
+    # the law's values per draw (f_i above), never a posterior's predictive draws: those add the
+    # model discrepancy at extrapolated rows, independent across rows, which no run can remove
+    src = posterior if draws is None else draws
     Fc = np.log(predict_draws(src, candidates))
     Fq = np.log(predict_draws(src, queries))
     if Fc.shape[0] < 3:

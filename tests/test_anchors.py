@@ -231,3 +231,22 @@ def test_overflowing_draws_are_dropped_whole(problem):
     all_bad = P.ParamDraws(TOY, {"B": np.full(S, np.inf), "beta": d.params["beta"]}, sigma=d.sigma)
     with pytest.raises(bs.BayesScalingError, match="3000 of 3000 draws"):
         A.select(all_bad, c, budget=2.0, cost="cost", queries=q)
+
+
+def test_a_fitted_posterior_is_scored_on_its_law_values_not_its_discrepancy():
+    """Queries beyond the fitted range get model-discrepancy noise in ``Posterior.predict_draws``
+    (independent across rows); the criterion is the variance of the law's values over the
+    parameter draws, so ``select`` on the posterior equals ``select`` on its parameter draws."""
+    rng = np.random.default_rng(3)
+    D = np.geomspace(1e3, 3e4, 10)
+    df = pd.DataFrame({"D": D, "loss": np.exp(_f(50.0, 0.3, D) + SIGMA * rng.standard_normal(10))})
+    post = bs.fit_posterior(TOY, df, method="laplace", seed=0, progress_bar=False,
+                            allow_unconverged=True)
+    q, c = pd.DataFrame({"D": D_QUERY}), cands([1.0, 2.0, 3.0, 4.0])
+    law_values = np.log(np.asarray(post.predict_draws(q, discrepancy=0)))
+    assert not np.allclose(np.log(np.asarray(post.predict_draws(q))), law_values)
+    got = A.select(post, c, budget=6.0, cost="cost", queries=q, max_draws=None)
+    want = A.select(bs.plan.as_draws(post), c, budget=6.0, cost="cost", queries=q, max_draws=None)
+    assert got["candidate"].tolist() == want["candidate"].tolist()
+    np.testing.assert_allclose(got["criterion_after"], want["criterion_after"], rtol=1e-10)
+    np.testing.assert_allclose(got.attrs["initial"], law_values.var(0, ddof=1).mean(), rtol=1e-10)
