@@ -43,6 +43,16 @@ def simulate(law, grid, params=None, noise=0.002, seed=0):
     return out
 
 
+def offset_power_law(name: str = "toy_power") -> bs.laws.Law:
+    """``E + A N^-alpha`` with the offset's lower bound at 0 (a law a test brings itself)."""
+    return bs.laws.Law(
+        name=name, variables=("N",), equation="E + A N^-alpha",
+        params=(bs.laws.Param("E", 0.0, 5.0, (0.0, 5.0)),
+                bs.laws.Param("A", 1.0, 1e4, (1.0, 1e4), True),
+                bs.laws.Param("alpha", 0.05, 1.0, (0.05, 1.0), True)),
+        fn=lambda p, x: p["E"] + p["A"] * x["N"] ** -p["alpha"])
+
+
 @pytest.fixture(scope="session")
 def epoch():
     df = bs.datasets.load("chinchilla_epoch")

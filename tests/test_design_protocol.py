@@ -5,14 +5,10 @@ import pandas as pd
 import pytest
 
 import bayes_scaling as bs
+from conftest import offset_power_law
 from bayes_scaling.design import harness
 
-LAW = bs.laws.Law(
-    name="toy_power", variables=("N",), equation="E + A N^-alpha",
-    params=(bs.laws.Param("E", 0.0, 5.0, (0.0, 5.0)),
-            bs.laws.Param("A", 1.0, 1e4, (1.0, 1e4), True),
-            bs.laws.Param("alpha", 0.05, 1.0, (0.05, 1.0), True)),
-    fn=lambda p, x: p["E"] + p["A"] * x["N"] ** -p["alpha"])
+LAW = offset_power_law()
 
 
 def _table(n):

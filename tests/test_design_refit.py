@@ -8,6 +8,7 @@ import bayes_scaling as bs
 from bayes_scaling.design import fitting
 from bayes_scaling.design.acquisition import greedy_refit, refit_error
 from bayes_scaling.design.posterior import kernel
+from conftest import offset_power_law
 
 
 def _problem(seed=0, n_rows=30, nt=4, P=3):
@@ -61,12 +62,7 @@ def test_greedy_gain_equals_the_recomputed_error_and_buys_near_the_targets():
 def test_delta_method_intervals_keep_a_parameter_pinned_at_its_bound():
     """Data from a known law whose offset lies on its lower bound (E = 0): the delta-method
     predictive is centred on the law and its 90% intervals cover fresh rows of it."""
-    law = bs.laws.Law(
-        name="pinned", variables=("N",), equation="E + A N^-alpha",
-        params=(bs.laws.Param("E", 0.0, 5.0, (0.0, 5.0)),
-                bs.laws.Param("A", 1.0, 1e4, (1.0, 1e4), True),
-                bs.laws.Param("alpha", 0.05, 1.0, (0.05, 1.0), True)),
-        fn=lambda p, x: p["E"] + p["A"] * x["N"] ** -p["alpha"])
+    law = offset_power_law("pinned")
     truth = {"E": 0.0, "A": 300.0, "alpha": 0.3}
     noise = 0.01
     rng = np.random.default_rng(3)
