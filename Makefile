@@ -19,10 +19,12 @@ demo: $(STAMP)
 	$(BIN)/bayes-scaling demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow and not isolated"
+	$(BIN)/python -m pytest -q -m "isolated and not slow"
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not isolated"
+	$(BIN)/python -m pytest -q -m isolated
 
 analyses: $(STAMP)
 	$(BIN)/bayes-scaling analyses

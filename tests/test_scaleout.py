@@ -136,6 +136,8 @@ def interrupt(tmp_path, executor: str, ready: list[str], worker_code: str = ""):
         'if __name__ == "__mp_main__":',
         worker,
         'if __name__ == "__main__":',
+        "    signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal",
+        "    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})",
         "    try:",
         f"        with get_executor({executor}) as ex:",
         f"            ex.map(sleep_job, [{str(tmp_path)!r}] * 6)",
@@ -162,6 +164,7 @@ def interrupt(tmp_path, executor: str, ready: list[str], worker_code: str = ""):
     return proc.returncode, err
 
 
+@pytest.mark.isolated
 def test_ctrl_c_stops_local_pool_cleanly(tmp_path):
     """Ctrl-C while one job runs and the other worker is still starting (importing the script):
     the program stops at once, with no worker traceback and no leaked semaphore."""
@@ -210,6 +213,7 @@ def test_error_in_caller_stops_running_jobs(tmp_path):
         os.kill(int(marker.name.split("-")[1]), 0)
 
 
+@pytest.mark.isolated
 def test_ctrl_c_stops_ray_cleanly(tmp_path):
     """The same on a local Ray cluster started by the executor: exit at once, no traceback, and
     no process of the cluster (raylet, GCS, workers) left running in the program's group."""
