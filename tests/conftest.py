@@ -43,6 +43,25 @@ def simulate(law, grid, params=None, noise=0.002, seed=0):
     return out
 
 
+def chinchilla_fn(p, x):
+    """Chinchilla's loss ``E + A N^-alpha + B D^-beta`` (Hoffmann et al. 2022, Eq. 2)."""
+    return p["E"] + p["A"] * x["N"] ** -p["alpha"] + p["B"] * x["D"] ** -p["beta"]
+
+
+def toy_chinchilla_law(**column_map) -> bs.laws.Law:
+    """Chinchilla as a user would bring it (specs plus one module-level, picklable function),
+    reading ``N`` and ``D`` from the columns ``column_map`` names."""
+    return bs.laws.Law(
+        name="toy_chinchilla",
+        params=(bs.laws.Param("E", 0.0, 5.0, (0.0, 5.0)),
+                bs.laws.Param("A", 1.0, 1e4, (1.0, 1e4), True),
+                bs.laws.Param("alpha", 0.05, 1.0, (0.05, 1.0), True),
+                bs.laws.Param("B", 1.0, 1e4, (1.0, 1e4), True),
+                bs.laws.Param("beta", 0.05, 1.0, (0.05, 1.0), True)),
+        variables=("N", "D"), fn=chinchilla_fn, equation="E + A N^-alpha + B D^-beta",
+        column_map=dict(column_map))
+
+
 def offset_power_law(name: str = "toy_power") -> bs.laws.Law:
     """``E + A N^-alpha`` with the offset's lower bound at 0 (a law a test brings itself)."""
     return bs.laws.Law(

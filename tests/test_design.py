@@ -11,24 +11,13 @@ import bayes_scaling.cli  # noqa: F401  (bs.cli)
 from bayes_scaling.design import fitting
 from bayes_scaling.design.acquisition import greedy_linear
 from bayes_scaling.errors import BayesScalingError, DataError
+from conftest import toy_chinchilla_law
 
 TRUE = {"E": 1.8, "A": 400.0, "alpha": 0.34, "B": 410.0, "beta": 0.28}
 
 
-def _chinchilla(p, x):
-    return p["E"] + p["A"] * x["N"] ** -p["alpha"] + p["B"] * x["D"] ** -p["beta"]
-
-
 # A law brought by a user: specs plus one function, read from the table's own column names.
-LAW = bs.laws.Law(
-    name="toy_chinchilla",
-    params=(bs.laws.Param("E", 0.0, 5.0, (0.0, 5.0)),
-            bs.laws.Param("A", 1.0, 1e4, (1.0, 1e4), True),
-            bs.laws.Param("alpha", 0.05, 1.0, (0.05, 1.0), True),
-            bs.laws.Param("B", 1.0, 1e4, (1.0, 1e4), True),
-            bs.laws.Param("beta", 0.05, 1.0, (0.05, 1.0), True)),
-    variables=("N", "D"), fn=_chinchilla, equation="E + A N^-alpha + B D^-beta",
-    column_map={"N": "params", "D": "tokens"})
+LAW = toy_chinchilla_law(N="params", D="tokens")
 
 
 def _table(sizes, tpps, noise=0.0, seed=0):

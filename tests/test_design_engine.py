@@ -11,6 +11,7 @@ from bayes_scaling.bayes.predictive import ParamDraws
 from bayes_scaling.design import harness, methods
 from bayes_scaling.design.acquisition import best_rule, greedy_linear
 from bayes_scaling.laws import Law, Param
+from conftest import toy_chinchilla_law
 
 LIN = Law("lin", (Param("a", -np.inf, np.inf, (0.0, 1.0)), Param("b", -np.inf, np.inf, (0.0, 1.0))),
           ("D",), lambda p, x: jnp.exp(p["a"] + p["b"] * jnp.log(x["D"])))
@@ -72,15 +73,7 @@ def test_engine_prefers_value_per_cost_and_gain_alone_with_cost_power_zero():
 
 
 TRUE = {"E": 1.8, "A": 400.0, "alpha": 0.34, "B": 410.0, "beta": 0.28}
-LAW = bs.laws.Law(
-    name="toy_chinchilla",
-    params=(bs.laws.Param("E", 0.0, 5.0, (0.0, 5.0)),
-            bs.laws.Param("A", 1.0, 1e4, (1.0, 1e4), True),
-            bs.laws.Param("alpha", 0.05, 1.0, (0.05, 1.0), True),
-            bs.laws.Param("B", 1.0, 1e4, (1.0, 1e4), True),
-            bs.laws.Param("beta", 0.05, 1.0, (0.05, 1.0), True)),
-    variables=("N", "D"),
-    fn=lambda p, x: p["E"] + p["A"] * x["N"] ** -p["alpha"] + p["B"] * x["D"] ** -p["beta"])
+LAW = toy_chinchilla_law()
 
 
 def _table(sizes, tpps, seed):
