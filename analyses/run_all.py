@@ -24,10 +24,10 @@ import sys
 import time
 from pathlib import Path
 
+from scaleout import worker_env
+
 HERE = Path(__file__).resolve().parent
 TIMES = HERE / "out" / "run_times.json"
-ONE_THREAD = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
-              "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 #: Studies too long for one ``make analyses`` run: name -> how to run them on their own.
@@ -85,7 +85,7 @@ def analyses_main(argv=None) -> int:
     times = _recorded()
     past = times.get(mode, {})
     queue = sorted(found, key=lambda p: -past.get(p.stem, float("inf")))  # unknown ones first
-    env = {**os.environ, **(ONE_THREAD if args.jobs > 1 else {})}
+    env = {**os.environ, **worker_env((os.cpu_count() or 1) / args.jobs)}  # a share of the cores
     running, failed, took = {}, [], {}
     t_all = time.time()
     while queue or running:

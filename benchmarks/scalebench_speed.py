@@ -9,8 +9,8 @@ the executor). Wall times include compilation and the cluster's start. The rows 
 compared (the `seconds` column aside); the script exits with status 1 when they differ.
 
 Threads: the serial run is one process, whose XLA programs may use every core for one fit (it
-prints the CPU seconds it used per wall second); Ray runs one single-threaded
-(``OMP_NUM_THREADS=1``) task per CPU.
+prints the CPU seconds it used per wall second); Ray runs one task per CPU, each on one thread
+(``scaleout.worker_env``: OpenMP and XLA).
 
 Usage:
     .venv/bin/python benchmarks/scalebench_speed.py [--task T] [--laws sl_1,sl_2]

@@ -11,7 +11,9 @@ fits' own `seconds` column aside); the script exits with status 1 when they diff
 Threads: with ``--chains-on parallel`` (the analysis's setting) each fit's 4 chains run on 4
 host devices, so the serial run already spreads one fit over every core; with ``--chains-on
 vectorized`` a fit is one program on one device, and the serial baseline uses about one core
-(both runs print the driver's CPU seconds per wall second).
+(both runs print the driver's CPU seconds per wall second). The serial run keeps XLA's default
+thread pool (what a user gets); each worker runs on one thread (``scaleout.worker_env``), its
+host-device count included.
 
 Usage:
     .venv/bin/python benchmarks/scaleout_speed.py [--n 4] [--warmup 500] [--samples 500]
@@ -65,10 +67,8 @@ def main(argv=None):
                   "num_samples": args.samples, "chain_method": args.chains_on}
     serial, t_serial, cpu_serial = run(args.n, "serial", fit_kwargs)
     print(f"serial: {t_serial:.0f} s ({cpu_serial / t_serial:.2f} CPU s per s)", flush=True)
-    options = ({"runtime_env": {"env_vars": {"XLA_FLAGS": os.environ["XLA_FLAGS"]}}}
-               if args.executor == "ray" and "XLA_FLAGS" in os.environ else {})
     t = time.perf_counter()
-    with get_executor(args.executor, **options) as ex:
+    with get_executor(args.executor) as ex:
         t_start = time.perf_counter() - t
         parallel, t_par, _ = run(args.n, ex, fit_kwargs)
     t_par += t_start

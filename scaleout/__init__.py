@@ -17,13 +17,13 @@ neither ``bayes_scaling`` nor ``training``, so both can use it.
 """
 from __future__ import annotations
 
-from .base import Executor, ScaleoutError, WorkerDiedError
+from .base import Executor, ScaleoutError, WorkerDiedError, worker_env
 from .local import LocalExecutor, SerialExecutor
 
 KINDS = ("serial", "local", "ray")
 
 __all__ = ["KINDS", "Executor", "LocalExecutor", "ScaleoutError", "SerialExecutor",
-           "WorkerDiedError", "get_executor"]
+           "WorkerDiedError", "get_executor", "worker_env"]
 
 
 def get_executor(kind="local", *, workers: int | None = None, address: str | None = None,

@@ -1,7 +1,12 @@
 """The executor interface every backend implements."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+#: XLA options that keep a process's compiled programs on one thread (XLA's CPU backend
+#: otherwise spreads an operation over every core, whatever ``OMP_NUM_THREADS`` says).
+ONE_THREAD_XLA = ("--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1")
 
 
 class ScaleoutError(RuntimeError):
@@ -10,6 +15,27 @@ class ScaleoutError(RuntimeError):
 
 class WorkerDiedError(ScaleoutError):
     """A job's worker process died on every attempt (``max_retries`` + 1 runs)."""
+
+
+def worker_env(threads: float | None, environ: Mapping[str, str] | None = None) -> dict:
+    """Environment variables that hold a worker to ``threads`` threads of computation.
+
+    A worker given one CPU (``threads`` < 2) runs its numerical libraries on one thread: BLAS and
+    OpenMP through ``OMP_NUM_THREADS=1`` (what Ray sets for its own one-CPU workers) and its
+    OpenBLAS and MKL equivalents, and JAX
+    through :data:`ONE_THREAD_XLA` appended to ``XLA_FLAGS`` (``environ``'s, default this
+    process's, so a host-device count set for parallel chains is kept). On two cores a serial
+    NUTS fit with XLA's default thread pool runs no faster than on one thread (4 tables: 49 s
+    against 48 s per table, BENCHMARKS.md), and two workers each spreading over both cores only
+    slow each other down. ``threads`` of None or 2 or more: no variables (the libraries'
+    defaults)."""
+    if threads is None or threads >= 2:
+        return {}
+    environ = os.environ if environ is None else environ
+    flags = environ.get("XLA_FLAGS", "").split()
+    flags += [f for f in ONE_THREAD_XLA if f.split("=")[0] not in {g.split("=")[0] for g in flags}]
+    return {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "XLA_FLAGS": " ".join(flags)}
 
 
 class Executor:

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import resource_tracker
 
-from .base import Executor, ScaleoutError, WorkerDiedError
+from .base import Executor, ScaleoutError, WorkerDiedError, worker_env
 
 
 class SerialExecutor(Executor):
@@ -35,6 +35,22 @@ def _sigint_blocked():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+@contextmanager
+def _environ(env: dict):
+    """This process's environment with ``env`` added, for the processes started inside (a
+    spawned worker reads its variables at start, before any of its imports)."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _start_worker(initializer, initargs) -> None:
     # ignoring SIGINT discards one that arrived during start-up; then it may be unblocked
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -46,7 +62,11 @@ def _start_worker(initializer, initargs) -> None:
 class LocalExecutor(Executor):
     """A pool of ``workers`` spawned processes. When a worker process dies (killed, out of memory)
     the pool breaks; it is replaced and every job that had not returned is submitted again, each
-    at most ``max_retries`` times. ``initializer(*initargs)`` runs once in each worker."""
+    at most ``max_retries`` times. ``initializer(*initargs)`` runs once in each worker.
+
+    Each worker gets its share of the cores, ``cpu_count // workers`` threads (at least one):
+    with one thread, its numerical libraries run single-threaded (:func:`worker_env`), so that
+    two workers on two cores do not each spread over both."""
 
     def __init__(self, workers: int | None = None, *, max_retries: int = 3, initializer=None,
                  initargs=()):
@@ -54,6 +74,7 @@ class LocalExecutor(Executor):
         if workers < 1:
             raise ScaleoutError(f"workers must be >= 1, got {workers} (e.g. --workers 2)")
         self.workers, self.max_retries = int(workers), int(max_retries)
+        self.env = worker_env(max(1, (os.cpu_count() or 1) // self.workers))
         self.initializer, self.initargs = initializer, tuple(initargs)
         self.pool: cf.ProcessPoolExecutor | None = None
 
@@ -65,7 +86,8 @@ class LocalExecutor(Executor):
         return self.pool
 
     def _submit(self, fn, x) -> cf.Future:
-        with _sigint_blocked():  # the pool starts worker processes here, on demand
+        # the pool starts worker processes here, on demand
+        with _sigint_blocked(), _environ(self.env):
             return self._pool().submit(fn, x)
 
     def submit_iter(self, fn, items):

@@ -8,7 +8,7 @@ import sys
 import ray
 from ray.exceptions import WorkerCrashedError
 
-from .base import Executor, ScaleoutError, WorkerDiedError
+from .base import Executor, ScaleoutError, WorkerDiedError, worker_env
 
 
 def call(fn, x):
@@ -28,10 +28,21 @@ def same_imports(runtime_env: dict | None) -> dict:
     return runtime_env
 
 
+def with_thread_limits(runtime_env: dict | None, cpus_per_job: float) -> dict:
+    """``runtime_env`` whose variables hold a task of ``cpus_per_job`` CPUs to that many threads
+    (:func:`worker_env`); variables ``runtime_env`` already sets are kept."""
+    runtime_env = dict(runtime_env or {})
+    runtime_env["env_vars"] = {**worker_env(cpus_per_job), **(runtime_env.get("env_vars") or {})}
+    return runtime_env
+
+
 class RayExecutor(Executor):
     """Each item is one Ray task of ``cpus_per_job`` CPUs, run again up to ``max_retries`` times
     when its worker process dies (Ray's ``max_retries``; exceptions raised by the job are not
-    retried). A Ray runtime already started in this process is used and left running."""
+    retried). A Ray runtime already started in this process is used and left running.
+
+    A task of fewer than two CPUs runs its numerical libraries, JAX included, on one thread
+    (:func:`worker_env`; variables given in ``runtime_env`` win)."""
 
     def __init__(self, address: str | None = None, *, max_retries: int = 3, num_cpus=None,
                  cpus_per_job: float = 1, runtime_env: dict | None = None):
@@ -39,6 +50,7 @@ class RayExecutor(Executor):
         self.pending: list = []
         self.owns_runtime = not ray.is_initialized()
         if self.owns_runtime:
+            runtime_env = with_thread_limits(runtime_env, cpus_per_job)
             if address is None:
                 num_cpus = num_cpus or os.cpu_count()
                 runtime_env = same_imports(runtime_env)
