@@ -38,6 +38,13 @@ class FitError(BayesScalingError, RuntimeError):
     """A fit could not produce a usable result (e.g. every start diverged)."""
 
 
+class ParameterError(FitError, OptionError):
+    """The fixed parameters of a fit or posterior do not split the law's parameters into fixed and
+    free ones (a fixed name the law does not have, every parameter fixed). ``fit_map`` and
+    ``fit_posterior`` raise it alike (``bayes_scaling.params.ParamSpace``); it is a
+    :class:`FitError` and an :class:`OptionError`, so handlers of either catch it."""
+
+
 class SplitSkipped(FitError):
     """A protocol's rules rule out fitting a law on a split's training side (e.g. a two-phase
     fit whose phase-1 rows all lie on the test side). ``bs.evaluate.axis_splits`` reports the

@@ -25,12 +25,12 @@ import optax
 import optax.tree_utils as otu
 import pandas as pd
 
-from . import data as _data
 from .checks import check_fit_options, check_inputs
 from .errors import FitError
 from .laws import Law
 from .laws import get as get_law
 from .objective import data_hash, huber_objective, log_residuals, penalty
+from .params import ParamSpace, pad_rows
 
 # --------------------------------------------------------------------------------------------------
 # The problem: free parameters <-> unconstrained vector, and the objective on it.
@@ -38,51 +38,25 @@ from .objective import data_hash, huber_objective, log_residuals, penalty
 
 @dataclass(frozen=True)
 class Problem:
-    """A law, a validated table and the frozen parameters, seen as a function of a flat vector.
+    """A law's parameter space (``bayes_scaling.params.ParamSpace``: free and fixed parameters,
+    ``theta`` <-> ``u``) and a validated table, seen as a function of the free vector."""
 
-    ``theta`` is the free parameters in their natural (bounded) space, in ``law.params`` order;
-    ``u`` is the same point mapped to the real line by each parameter's transform.
-    """
-
-    law: Law
+    space: ParamSpace
     x: dict
     y: jnp.ndarray
-    fixed: Mapping[str, float]
-    free: tuple
 
     @classmethod
     def build(cls, law, df, fixed=None):
-        law = get_law(law)
-        fixed = dict(fixed or {})
-        unknown = set(fixed) - set(law.param_names)
-        if unknown:
-            raise FitError(f"fixed names {sorted(unknown)} are not parameters of {law.name}: "
-                           f"{law.param_names}")
-        free = tuple(p for p in law.params if p.name not in fixed)
-        if not free:
-            raise FitError(f"every parameter of {law.name} is fixed; nothing to fit")
-        df = _data.validate(df, law, min_rows=len(free) + 1)
-        y = jnp.asarray(df["loss"].to_numpy(dtype=float))
-        return cls(law, law.inputs(df), y, fixed, free), df
+        space = ParamSpace.of(law, fixed)
+        df = space.validate(df)
+        return cls(space, *space.read(df)), df
 
     @property
-    def names(self):
-        return tuple(p.name for p in self.free)
-
-    def full_params(self, theta):
-        """Dict of all parameters (free from ``theta`` along the last axis, plus fixed)."""
-        p = {n: theta[..., i] for i, n in enumerate(self.names)}
-        p.update({k: jnp.asarray(v, dtype=jnp.float64) for k, v in self.fixed.items()})
-        return p
-
-    def theta(self, u):
-        return jnp.stack([p.from_unconstrained(u[..., i]) for i, p in enumerate(self.free)], -1)
-
-    def u(self, theta):
-        return jnp.stack([p.to_unconstrained(theta[..., i]) for i, p in enumerate(self.free)], -1)
+    def law(self) -> Law:
+        return self.space.law
 
     def predict(self, theta, x=None):
-        return self.law.fn(self.full_params(theta), self.x if x is None else x)
+        return self.law.fn(self.space.full_params(theta), self.x if x is None else x)
 
     def objective_theta(self, theta, delta):
         return huber_objective(self.predict(theta), self.y, delta)
@@ -90,50 +64,21 @@ class Problem:
     def args(self, delta):
         """Data the objective reads, as a pytree (so one compiled program serves every table).
 
-        The rows are padded to :func:`row_bucket` of their count with zero-weight copies of the
-        first row, which add exactly 0 to the objective: tables of 100 and 120 rows share one
-        compiled program (compilation dominates protocols of hundreds of small fits)."""
+        The rows are padded to ``row_bucket`` of their count with zero-weight copies of the
+        first row (:func:`~bayes_scaling.params.pad_rows`), which add exactly 0 to the
+        objective; the fixed values are data too."""
         x, y, w = pad_rows(self.x, self.y)
         scale = len(self.y) * delta * delta  # makes the objective O(1) whatever delta and n are
-        fixed = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in self.fixed.items()}
-        return {"x": x, "y": y, "w": w, "fixed": fixed, "delta": jnp.asarray(delta), "scale": scale}
+        return {"x": x, "y": y, "w": w, "fixed": self.space.fixed_tree(),
+                "delta": jnp.asarray(delta), "scale": scale}
 
     @property
     def key(self):
-        """Hashable structure of the objective: the law function and which parameters are free.
+        """Hashable structure of the objective: the law function and the space's structure.
 
         Column maps do not enter (the function reads variables), so a law read through another
         column mapping reuses the compiled program of the law it renames."""
-        free = tuple((p.name, p.lower, p.upper, p.log_init) for p in self.free)
-        return (self.law.fn, free, tuple(sorted(self.fixed)))
-
-    def sample_inits(self, n, seed):
-        rng = np.random.default_rng(seed)
-        return np.stack([p.sample_init(rng, n) for p in self.free], -1)
-
-
-#: Pad tables to :func:`row_bucket` rows (zero-weight copies) in ``fit_map`` and the Bayesian
-#: layer, so fits of nearby row counts share one compiled program; off only to benchmark it.
-PAD_ROWS = True
-
-
-def row_bucket(n: int) -> int:
-    """The padded row count of an ``n``-row fit: the next power of two, at least 32 (or ``n``
-    itself when :data:`PAD_ROWS` is off)."""
-    if not PAD_ROWS:
-        return int(n)
-    return max(32, 1 << (int(n) - 1).bit_length())
-
-
-def pad_rows(x: Mapping, y, to: int | None = None):
-    """``(x, y, w)``: the inputs and targets padded to ``to`` rows (default :func:`row_bucket`)
-    with copies of the first row, and the weights (1 for the real rows, 0 for the copies)."""
-    n = len(y)
-    rep = (row_bucket(n) if to is None else to) - n
-    if rep:
-        x = {k: jnp.concatenate([v, jnp.full((rep,), v[0])]) for k, v in x.items()}
-        y = jnp.concatenate([y, jnp.full((rep,), y[0])])
-    return x, y, jnp.concatenate([jnp.ones(n), jnp.zeros(rep)])
+        return (self.law.fn, *self.space.structure)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -372,17 +317,22 @@ def fit_map(
     check_fit_options(law, delta=delta, n_starts=n_starts, fixed=fixed)
     t0 = time.perf_counter()
     prob, vdf = Problem.build(law, df, fixed)
-    theta0 = prob.sample_inits(n_starts, seed) if inits is None else np.atleast_2d(np.asarray(inits, float))
-    if theta0.shape[1] != len(prob.free):
-        raise FitError(f"inits must have {len(prob.free)} columns ({prob.names}), got {theta0.shape[1]}")
+    space = prob.space
+    if inits is None:
+        theta0 = space.sample_inits(n_starts, seed)
+    else:
+        theta0 = np.atleast_2d(np.asarray(inits, float))
+    if theta0.shape[1] != len(space.free):
+        raise FitError(f"inits must have {len(space.free)} columns ({space.names}), "
+                       f"got {theta0.shape[1]}")
     n = len(prob.y)
     scale = n * delta * delta  # makes the objective O(1) whatever delta and n are
 
     if method == "jax":
         f = _normalised_objective(prob.key, prob)
         u, val, n_iter, gnorm = lbfgs_multistart(
-            f, prob.u(jnp.asarray(theta0)), prob.args(delta), max_iter=max_iter)
-        theta = np.asarray(prob.theta(jnp.asarray(u)))
+            f, space.u(jnp.asarray(theta0)), prob.args(delta), max_iter=max_iter)
+        theta = np.asarray(space.theta(jnp.asarray(u)))
         obj = val * scale
         converged = gnorm < 1e-6
     elif method == "scipy":
@@ -395,11 +345,10 @@ def fit_map(
         raise FitError(f"all {len(obj)} starts of {prob.law.name} ended non-finite; check the table "
                        "and the init ranges (law.describe())")
     best = int(np.argmin(np.where(finite, obj, np.inf)))
-    params = {nm: float(theta[best, i]) for i, nm in enumerate(prob.names)}
-    params.update({k: float(v) for k, v in prob.fixed.items()})
+    params = {nm: float(v) for nm, v in space.full_params(theta[best]).items()}
     params = {nm: params[nm] for nm in prob.law.param_names}
-    starts = pd.DataFrame({f"init_{nm}": theta0[:, i] for i, nm in enumerate(prob.names)})
-    for i, nm in enumerate(prob.names):
+    starts = pd.DataFrame({f"init_{nm}": theta0[:, i] for i, nm in enumerate(space.names)})
+    for i, nm in enumerate(space.names):
         starts[nm] = theta[:, i]
     starts["objective"] = obj
     starts["n_iter"] = n_iter
@@ -416,7 +365,7 @@ def fit_map(
         starts=starts,
         settings={
             "delta": delta, "n_starts": len(theta0), "seed": seed, "method": method,
-            "fixed": dict(prob.fixed), "max_iter": max_iter,
+            "fixed": dict(space.fixed), "max_iter": max_iter,
             "clipped": vdf.attrs.get("clipped", {}), "seconds": time.perf_counter() - t0,
         },
         data_hash=data_hash(vdf, cols + ["loss"]),
@@ -430,13 +379,10 @@ _OBJECTIVES: dict = {}
 def _normalised_objective(key, prob: Problem):
     """``f(u, args) = J(theta(u)) / (n delta^2)``, one function object per problem structure."""
     if key not in _OBJECTIVES:
-        free, law = prob.free, prob.law
+        space, law = prob.space, prob.law
 
         def f(u, args):
-            theta = jnp.stack([p.from_unconstrained(u[..., i]) for i, p in enumerate(free)], -1)
-            params = {p.name: theta[..., i] for i, p in enumerate(free)}
-            params.update(args["fixed"])
-            pred = law.fn(params, args["x"])
+            pred = law.fn(space.full_params(space.theta(u), args["fixed"]), args["x"])
             # the Huber likelihood's penalty at unit scale with c = delta: Huber_delta(r)
             h = penalty(log_residuals(pred, args["y"]), 1.0, "huber", c=args["delta"])
             return jnp.sum(jnp.where(args["w"] > 0, h, 0.0)) / args["scale"]
@@ -459,7 +405,7 @@ def _scipy_multistart(prob: Problem, theta0, delta, max_iter):
         return v, np.asarray(g, dtype=float)
 
     bounds = []
-    for p in prob.free:
+    for p in prob.space.free:
         lo = p.lower + 1e-12 * max(1.0, abs(p.lower)) if math.isfinite(p.lower) else None
         hi = p.upper - 1e-12 * max(1.0, abs(p.upper)) if math.isfinite(p.upper) else None
         bounds.append((lo, hi))

@@ -38,7 +38,7 @@ def papers_recipe(law, df, delta, inits):
     val = jax.jit(lambda th: prob.objective_theta(th, delta))
     fun = lambda th: float(val(jnp.asarray(th)))  # noqa: E731
     bounds = [(p.lower + 1e-12 if np.isfinite(p.lower) else None,
-               p.upper - 1e-12 if np.isfinite(p.upper) else None) for p in prob.free]
+               p.upper - 1e-12 if np.isfinite(p.upper) else None) for p in prob.space.free]
     best = np.inf
     lo = [b[0] if b[0] is not None else -np.inf for b in bounds]
     hi = [b[1] if b[1] is not None else np.inf for b in bounds]
@@ -84,7 +84,7 @@ def main(argv=None):
         if pname not in a.problems:
             continue
         prob, _ = Problem.build(law, df)
-        inits = prob.sample_inits(a.starts, 0)
+        inits = prob.space.sample_inits(a.starts, 0)
         kw = dict(delta=delta, inits=inits)
         t0 = time.perf_counter()
         cold = bs.fit_map(law, df, **kw)

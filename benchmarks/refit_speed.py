@@ -4,7 +4,7 @@
 Held-out splits, anchor refits and calibration runs fit the same law to many tables whose row
 counts differ by a few rows. ``bs.fit_map`` and ``bs.fit_posterior`` pad every table to the next
 power of two (at least 32 rows) with zero-weight copies of its first row, so those fits share
-their compiled programs; ``bayes_scaling.fit.PAD_ROWS = False`` turns that off. Problems:
+their compiled programs; ``bayes_scaling.params.PAD_ROWS = False`` turns that off. Problems:
 
   map        ``bs.fit_map`` of Chinchilla (Huber 1e-3, 16 starts) on 6 subsets of Epoch's 240
              points with 150..225 rows (bucket 256)
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import bayes_scaling as bs  # noqa: E402
-from bayes_scaling import fit as F  # noqa: E402
+from bayes_scaling import params  # noqa: E402
 from _report import replace_section  # noqa: E402
 from conftest import form3_grid, simulate  # noqa: E402
 
@@ -64,13 +64,13 @@ def run(problem):
     subsets = tables(problem)
     res = {}
     for pad in (False, True):
-        F.PAD_ROWS = pad
+        params.PAD_ROWS = pad
         t = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             vals = fit_all(problem, subsets)
         res[pad] = (time.perf_counter() - t, vals)
-    F.PAD_ROWS = True
+    params.PAD_ROWS = True
     agree = float(np.max(np.abs(res[True][1] - res[False][1]) / np.abs(res[False][1])))
     return {"problem": problem, "fits": len(subsets), "unpadded_s": res[False][0],
             "padded_s": res[True][0], "ratio": res[False][0] / res[True][0], "max_rel_diff": agree}

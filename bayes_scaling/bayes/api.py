@@ -11,7 +11,6 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from .. import data as _data
 from ..checks import check_fit_options
 from ..errors import BayesScalingError, MultimodalWarning
 from ..objective import data_hash
@@ -130,7 +129,7 @@ def fit_posterior(
               student_df=student_df)
     spec0 = make_spec(law, coordinates=None, **kw)
     law = spec0.law
-    vdf = _data.validate(df, law, min_rows=len(spec0.law_names) + 1)
+    vdf = spec0.space.validate(df)
     theta_map, neg_lp_map, starts, (u_ok, v_ok) = map_stage(
         spec0, data_pytree(spec0, vdf), n_starts, seed, max_iter)
     spec = make_spec(law, coordinates=coordinates, **kw)

@@ -33,7 +33,7 @@ def build_model(law, *, priors=None, likelihood="huber", fixed=None, scale=None,
 
 
 def numpyro_model(spec: Spec):
-    fixed = {k: jnp.asarray(v, jnp.float64) for k, v in spec.fixed.items()}
+    fixed = spec.space.fixed_tree()
 
     def model(x, y=None):
         theta = {}
@@ -44,7 +44,7 @@ def numpyro_model(spec: Spec):
             u = numpyro.sample(f"{p.name}_u", OnUnconstrained(prior, p))
             theta[p.name] = numpyro.deterministic(p.name, p.from_unconstrained(u))
         sigma = theta["sigma"] if spec.scale is None else spec.scale
-        mu = jnp.log(spec.law.fn(spec.law_params(theta, fixed), x))
+        mu = jnp.log(spec.law.fn(spec.space.full_params(theta, fixed), x))
         n = mu.shape[-1]
         with numpyro.plate("rows", n):
             numpyro.sample("y", Observation(spec.likelihood, mu, sigma, c=spec.c,

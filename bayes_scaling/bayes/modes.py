@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from .. import data as _data
 from ..errors import FitError
 from ..fit import lbfgs_multistart
 from .distributions import HUBER_C
@@ -62,12 +61,11 @@ def laplace(spec, data, s) -> Mode:
 
 def map_stage(spec, data, n_starts, seed, max_iter, inits=None):
     """Multi-start L-BFGS for the MAP in natural coordinates (the same optimiser as ``fit_map``)."""
-    rng = np.random.default_rng(seed)
     if inits is None:
-        theta0 = np.stack([p.sample_init(rng, n_starts) for p in spec.free], -1)
+        theta0 = spec.space.sample_inits(n_starts, seed)
     else:
         theta0 = np.atleast_2d(np.asarray(inits, float))
-    u0 = np.asarray(spec.u({p.name: theta0[:, i] for i, p in enumerate(spec.free)}))
+    u0 = np.asarray(spec.space.u(jnp.asarray(theta0)))
     n = float(np.sum(data["w"]))
     args = {"data": data, "n": jnp.asarray(n)}
     u_map, v_map, it_map, g_map = lbfgs_multistart(map_objective(spec), u0, args,
@@ -79,7 +77,7 @@ def map_stage(spec, data, n_starts, seed, max_iter, inits=None):
     best = int(np.argmin(np.where(finite, v_map, np.inf)))
     theta_map = {k: float(v) for k, v in spec.theta(jnp.asarray(u_map[best])).items()}
     starts = pd.DataFrame({f"init_{p.name}": theta0[:, i] for i, p in enumerate(spec.free)})
-    th = np.stack([np.asarray(v) for v in spec.theta(jnp.asarray(u_map)).values()], -1)
+    th = np.asarray(spec.space.theta(jnp.asarray(u_map)))
     for i, p in enumerate(spec.free):
         starts[p.name] = th[:, i]
     starts["neg_log_post"] = v_map * n
@@ -163,8 +161,7 @@ def map_estimate(law, df, *, priors=None, likelihood="huber", fixed=None, scale=
     """
     spec = make_spec(law, priors=priors, likelihood=likelihood, fixed=fixed, scale=scale,
                      c=huber_c, student_df=student_df, coordinates=None)
-    vdf = _data.validate(df, spec.law, min_rows=len(spec.law_names) + 1)
-    data = data_pytree(spec, vdf)
+    data = data_pytree(spec, spec.space.validate(df))
     theta, nlp, starts, _ = map_stage(spec, data, n_starts, seed, max_iter, inits)
     params = {**theta, **spec.fixed}
     params["sigma"] = theta.get("sigma", spec.scale)

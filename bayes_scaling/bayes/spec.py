@@ -4,7 +4,7 @@ its densities, and the table as the arrays they read.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping
 
 import jax
@@ -14,8 +14,8 @@ import pandas as pd
 import numpyro.distributions as dist
 
 from ..errors import BayesScalingError
-from ..fit import pad_rows
 from ..laws import Law, get as get_law
+from ..params import ParamSpace, pad_rows
 from .coordinates import choose_blocks
 from .distributions import FLAT_PRIORS, HUBER_C, log_abs_det_jacobian
 from .likelihood import STUDENT_DF, check_likelihood, log_likelihood
@@ -29,29 +29,41 @@ SOFT_BOUND_WIDTH = 0.5
 class Spec:
     """Everything that defines a model except the data: law, priors, likelihood, fixed values.
 
-    ``free`` lists the inferred parameters (the law's non-fixed parameters, then ``sigma`` unless
-    the scale is fixed); the unconstrained vector ``u`` has one entry per free parameter, each
-    through its Param transform. ``blocks`` are sampling coordinates replacing some of them; the
-    sampling vector ``s`` holds the blocks' coordinates (transformed), then the remaining ``u``.
+    ``space`` (``bayes_scaling.params.ParamSpace``, the one ``fit_map`` uses) holds the law, the
+    fixed values and ``free``, the inferred parameters (the law's non-fixed parameters, then
+    ``sigma`` unless the scale is fixed); the unconstrained vector ``u`` has one entry per free
+    parameter, each through its Param transform. ``blocks`` are sampling coordinates replacing
+    some of them; the sampling vector ``s`` holds the blocks' coordinates (transformed), then the
+    remaining ``u``.
     """
 
-    law: Law
-    free: tuple
+    space: ParamSpace
     priors: Mapping[str, dist.Distribution]
     likelihood: str = "huber"
-    fixed: Mapping[str, float] = field(default_factory=dict)
     scale: float | None = None
     c: float = HUBER_C
     student_df: float = STUDENT_DF
     blocks: tuple = ()
 
     @property
+    def law(self) -> Law:
+        return self.space.law
+
+    @property
+    def free(self) -> tuple:
+        return self.space.free
+
+    @property
+    def fixed(self) -> Mapping[str, float]:
+        return self.space.fixed
+
+    @property
     def names(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.free)
+        return self.space.names
 
     @property
     def law_names(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.free if p.name != "sigma")
+        return self.space.law_names
 
     def key(self):
         """Hashable structure of the model (one compiled program per key, whatever the data)."""
@@ -63,11 +75,10 @@ class Spec:
     # --- the unconstrained vector u (one entry per free parameter) -------------------------------
     def theta(self, u):
         """Natural values of the free parameters from ``u`` (last axis), as a dict of arrays."""
-        return {p.name: p.from_unconstrained(u[..., i]) for i, p in enumerate(self.free)}
+        return self.space.theta_dict(u)
 
     def u(self, theta: Mapping[str, float]):
-        return jnp.stack([p.to_unconstrained(jnp.asarray(theta[p.name], jnp.float64))
-                          for p in self.free], -1)
+        return self.space.u(theta)
 
     def log_jacobian(self, u):
         """log |d theta / d u|: the density of the unconstrained space."""
@@ -146,17 +157,12 @@ class Spec:
         return self._theta_s(s, ref, True)[1]
 
     # --- densities -------------------------------------------------------------------------------
-    def law_params(self, theta, fixed):
-        p = {k: theta[k] for k in self.law_names}
-        p.update(fixed)
-        return p
-
     def sigma(self, theta, data):
         return theta["sigma"] if self.scale is None else data["scale"]
 
     def pointwise_loglik(self, theta, data):
         """log p(log L_i | theta, sigma) for every row (the log_likelihood group)."""
-        mu = jnp.log(self.law.fn(self.law_params(theta, data["fixed"]), data["x"]))
+        mu = jnp.log(self.law.fn(self.space.full_params(theta, data["fixed"]), data["x"]))
         ll = log_likelihood(data["y"] - mu, self.sigma(theta, data), self.likelihood, c=self.c,
                             student_df=self.student_df)
         return jnp.where(jnp.isfinite(ll), ll, -jnp.inf)
@@ -255,18 +261,9 @@ def make_spec(law, *, priors=None, likelihood="huber", fixed=None, scale=None, c
     if "sigma" in law.param_names:
         raise BayesScalingError(f"law {law.name} has a parameter named 'sigma', which the "
                                 "likelihood's scale uses; rename it")
-    fixed = {k: float(v) for k, v in dict(fixed or {}).items()}
-    unknown = set(fixed) - set(law.param_names)
-    if unknown:
-        raise BayesScalingError(f"fixed names {sorted(unknown)} are not parameters of {law.name}: "
-                                f"{law.param_names}")
     if scale is not None and not scale > 0:
         raise BayesScalingError(f"a fixed scale must be positive, got {scale}")
-    free = tuple(p for p in law.params if p.name not in fixed)
-    if not free:
-        raise BayesScalingError(f"every parameter of {law.name} is fixed; nothing to infer")
-    if scale is None:
-        free = free + (SCALE,)
+    space = ParamSpace.of(law, fixed, extra=(SCALE,) if scale is None else ())
     pri = default_priors(law)
     if isinstance(priors, str):
         if priors != "flat":
@@ -278,10 +275,10 @@ def make_spec(law, *, priors=None, likelihood="huber", fixed=None, scale=None, c
             raise BayesScalingError(f"priors given for {sorted(unknown)}, which are not parameters "
                                     f"of {law.name} ({law.param_names}) or 'sigma'")
         pri.update(priors)
-    pri = {p.name: pri[p.name] for p in free}
-    blocks = choose_blocks(law, free, fixed, coordinates, level)
-    return Spec(law, free, pri, likelihood, fixed, None if scale is None else float(scale), c,
-                student_df, blocks)
+    pri = {p.name: pri[p.name] for p in space.free}
+    blocks = choose_blocks(law, space.free, space.fixed, coordinates, level)
+    return Spec(space, pri, likelihood, None if scale is None else float(scale), c, student_df,
+                blocks)
 
 
 def data_pytree(spec: Spec, df: pd.DataFrame, pad: bool = True):
@@ -290,11 +287,10 @@ def data_pytree(spec: Spec, df: pd.DataFrame, pad: bool = True):
     With ``pad`` the rows are padded to ``row_bucket(n)`` (the next power of two, at least 32)
     with copies of the first row of weight ``w = 0``, which add nothing to any density: fits on
     tables of 100 and 120 rows (held-out splits, anchor refits) then share their compiled
-    programs (``bayes_scaling.fit.PAD_ROWS = False`` turns it off everywhere, for benchmarks).
-    The blocks' reference points are computed from the real rows only."""
-    x = spec.law.inputs(df)
-    y = jnp.log(jnp.asarray(df["loss"].to_numpy(dtype=float)))
-    fixed = {k: jnp.asarray(v, jnp.float64) for k, v in spec.fixed.items()}
+    programs (``bayes_scaling.params.PAD_ROWS = False`` turns it off everywhere, for
+    benchmarks). The blocks' reference points are computed from the real rows only."""
+    x, y = spec.space.read(df, log=True)
+    fixed = spec.space.fixed_tree()
     ref = {b.name: b.reference(x) for b in spec.blocks}
     ref["__fixed__"] = fixed
     x, y, w = pad_rows(x, y, None if pad is not False else len(y))
