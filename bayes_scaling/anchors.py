@@ -71,7 +71,7 @@ def _noise_var(posterior, draws: ParamDraws | None, noise, n_c):
 
 
 def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
-           queries: pd.DataFrame, criterion: str = "variance", method: str = "linear",
+           queries: pd.DataFrame, criterion: str = "auto", method: str = "linear",
            noise=None, query_weights=None, greedy: str = "auto", observed=None,
            discrepancy=None, n_sim: int = 256, max_draws: int | None = 4000,
            seed: int = 0) -> pd.DataFrame:
@@ -82,7 +82,9 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
     ``y_c = f_c(theta) + eps_c``, eps_c ~ N(0, s_c^2), with ``s_c^2`` the posterior mean of the
     likelihood scale sigma^2 (or ``noise^2``). For a set A of runs, the criterion is the expected
     posterior uncertainty of the queries q after observing y_A, averaged over the predictive
-    distribution of y_A:
+    distribution of y_A (``criterion="auto"``, the default, is ``"refit"`` when the fitted rows
+    are given as ``observed`` and ``"variance"`` otherwise: on ``bible_ptpp`` the refit criterion's
+    anchors beat the variance criterion's at every budget, docs/design.md):
 
     - ``criterion="variance"``: ``V(A) = E_{y_A}[ sum_j w_j Var(f_qj | y_A) ]`` (``w`` =
       ``query_weights``, default 1/n_q: the mean variance of log forecasts, i.e. squared relative
@@ -93,9 +95,10 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
       expected squared error at the queries of the law *refitted* to the posterior's own rows
       (``observed``) plus A, when the truth is the law plus a discrepancy ``delta ~ GP(0, s_d^2
       k)`` over the standardised log inputs that the refit does not model (docs/design.md,
-      "Anchor selection: the refit's error"). Linearised in the draws' joint covariance ``C`` of
-      the log law values over queries, candidates and observed rows: after conditioning ``C`` on
-      A, the refit's weights on the observed rows O are ``g_j = C_Oj / s^2`` and
+      "the refit's error from a fitted posterior's draws"). Linearised in the draws' joint
+      covariance ``C`` of the log law values over queries, candidates and observed rows: after
+      conditioning ``C`` on A, the refit's weights on the observed rows O are ``g_j = C_Oj / s^2``
+      and
 
           E_j = C_jj + s_d^2 (k_jj - 2 g_j' k_Oj + g_j' k_OO g_j),
 
@@ -136,7 +139,7 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
         budget: total cost allowed (same unit as ``cost``).
         cost: ``"6ND"``, a column name, an array or a callable (:func:`candidate_cost`).
         queries: rows whose forecasts matter.
-        criterion: ``"variance"`` or ``"entropy"``.
+        criterion: ``"auto"``, ``"refit"``, ``"variance"`` or ``"entropy"``.
         method: ``"linear"`` or ``"importance"``.
         noise: sd of the log loss of one run (default: from the posterior's sigma draws).
         query_weights: weights of the queries in the variance criterion (default uniform).
@@ -158,9 +161,11 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
         cumulative information gain in nats). ``df.attrs`` holds the initial criterion, the noise,
         the method, the greedy rule used and the settings.
     """
+    if criterion == "auto":
+        criterion = "variance" if observed is None else "refit"
     if criterion not in ("variance", "entropy", "refit"):
-        raise BayesScalingError(f"criterion must be 'variance', 'entropy' or 'refit', got "
-                                f"{criterion!r}")
+        raise BayesScalingError(f"criterion must be 'auto', 'variance', 'entropy' or 'refit', "
+                                f"got {criterion!r}")
     if method not in ("linear", "importance"):
         raise BayesScalingError(f"method must be 'linear' or 'importance', got {method!r}")
     if method == "importance" and criterion != "variance":

@@ -117,3 +117,16 @@ def test_refit_criterion_needs_the_fitted_rows_and_a_valid_discrepancy():
         pick("refit", discrepancy=-1.0)
     with pytest.raises(BayesScalingError, match="criterion='refit'"):
         pick("variance", discrepancy=0.1)
+
+
+def test_the_default_criterion_is_the_refit_when_the_fitted_rows_are_given():
+    auto = anchors.select(posterior_draws(), pd.DataFrame({"D": D_C, "c": COST}), budget=3.0,
+                          cost="c", queries=pd.DataFrame({"D": D_Q}), noise=NOISE, max_draws=None,
+                          observed=pd.DataFrame({"D": D_OBS}), discrepancy=0.3)
+    assert auto.attrs["criterion"] == "refit"
+    assert auto["candidate"].tolist() == pick("refit", discrepancy=0.3)["candidate"].tolist()
+    plain = anchors.select(posterior_draws(), pd.DataFrame({"D": D_C, "c": COST}), budget=3.0,
+                           cost="c", queries=pd.DataFrame({"D": D_Q}), noise=NOISE,
+                           max_draws=None)
+    assert plain.attrs["criterion"] == "variance"
+    assert plain["candidate"].tolist() == pick("variance")["candidate"].tolist()
