@@ -20,7 +20,8 @@ the queries (MAE_rel of the posterior median; coverage of the 90% predictive int
   reported: ``ours-gain``, the same criterion ranked by value alone (``greedy="gain"``);
 - ours-refit: ``bs.anchors.select(criterion="refit")``, the expected error at the queries of the
   law refitted on the PTPP-{15, 31} rows plus the anchors, with a model discrepancy the refit
-  does not model (``greedy="auto"``); ``ours-refit-gain`` with ``greedy="gain"``.
+  does not model (``greedy="auto"``); ``ours-refit-gain`` with ``greedy="gain"``;
+  ``ours-refit-sd<k>x`` (``--refit-sd-scales``) with the discrepancy's sd scaled by k.
 
 The selections read the base posterior (NUTS by default, cached in ``base_posterior_<kind>.nc``
 beside the outputs and reused while the rows, the settings and the model code are unchanged;
@@ -170,6 +171,9 @@ def main(argv=None):
     ap.add_argument("--posterior-kw", default="{}", help="JSON kwargs for bs.fit_posterior")
     ap.add_argument("--resume", action="store_true",
                     help="keep the rows of an earlier results.csv and fit only the missing ones")
+    ap.add_argument("--refit-sd-scales", default="",
+                    help="also ours-refit with the discrepancy sd scaled by these factors "
+                         "(e.g. 0.5,2: a sensitivity diagnosis, left out of the winners)")
     ap.add_argument("--check-only", action="store_true",
                     help="fit (or load) the base posterior, print its checks and exit")
     ap.add_argument("--redo", default="",
@@ -220,6 +224,11 @@ def main(argv=None):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # overflowing draws: left out whole
             return select(base, cands, cost=flops, budget=b, queries=queries, **crits[strategy])
+
+    s_d = choose("ours-refit", budgets[0]).attrs["discrepancy"]
+    for k in (float(x) for x in args.refit_sd_scales.split(",") if x):
+        crits[f"ours-refit-sd{k:g}x"] = {"criterion": "refit", "observed": train,
+                                        "discrepancy": k * s_d}
 
     pd.concat([choose(k, max(budgets)).assign(strategy=k) for k in ("ours", "ours-refit")]).to_csv(
         out / "selection_order.csv", index=False)
@@ -296,7 +305,8 @@ def write_summary(res, *, law, how, refit_kind, base, train, cands, queries, pap
     agg["sizes"] = agg["sizes"].where(agg["seeds"] == 1, "").fillna("")
     plot(agg, test_ptpp, out)
     best = {}
-    for b, g in agg[agg["strategy"] != "none"].groupby("budget_x"):
+    contenders = (agg["strategy"] != "none") & ~agg["strategy"].str.contains("-sd")
+    for b, g in agg[contenders].groupby("budget_x"):
         g = g.set_index("strategy")["mae_rel"].dropna()
         best[b] = (g.idxmin() if len(g) else "none (every refit failed)", g.to_dict())
     stages = "{" + ", ".join(f"{p:g}" for p in train_ptpp) + "}"
@@ -360,8 +370,9 @@ def plot(agg, test_ptpp, out):
                 ax.axhline(g[col].iloc[0], color="k", ls=":", label="no anchors")
             continue
         axes[0].errorbar(g["budget_x"], g["mae_rel"], yerr=g["mae_rel_sd"].fillna(0), marker="o",
-                         color=colors[strat], label=strat, capsize=3)
-        axes[1].plot(g["budget_x"], g["coverage90"], marker="o", color=colors[strat], label=strat)
+                         color=colors.get(strat), label=strat, capsize=3)
+        axes[1].plot(g["budget_x"], g["coverage90"], marker="o", color=colors.get(strat),
+                     label=strat)
     axes[1].axhline(0.9, color="grey", ls="--", lw=1)
     axes[0].set(xscale="log", xlabel="budget (x the paper's anchor cost)",
                 ylabel="MAE_rel at the queries",

@@ -33,6 +33,7 @@ import pandas as pd
 
 import bayes_scaling as bs
 from bayes_scaling.design import fitting
+from bayes_scaling.evaluate.report import markdown_table
 from scaleout import get_executor
 
 OUT = Path(__file__).resolve().parent / "out" / "scalebench"
@@ -299,20 +300,22 @@ def refit_starts(task_name, law_id, seeds, methods, data_dir, many=1024):
                     th0 = fitting.uniform_starts(law, many, np.random.default_rng(20_000 + seed))
                     big = fitting.least_squares(law, {v: a[obs] for v, a in g.x.items()},
                                                 g.y[obs], th0)
-                    rows.append(dict(method=method, seed=seed, budget=budget, n_runs=len(obs),
-                                     sse_protocol=starts.sse.min(), r2_protocol=r2(g, starts.best),
-                                     sse_many=big.sse.min(), r2_many=r2(g, big.best),
-                                     near_many=int((big.sse < 1.05 * big.sse.min()).sum())))
+                    rows.append({"method": method, "seed": seed, "budget": budget,
+                                 "n_runs": len(obs), "sse_protocol": float(starts.sse.min()),
+                                 "r2_protocol": r2(g, starts.best),
+                                 "sse_many": float(big.sse.min()), "r2_many": r2(g, big.best),
+                                 "near_many": int((big.sse < 1.05 * big.sse.min()).sum())})
                     print(rows[-1], flush=True)
     df = pd.DataFrame(rows)
     mean = df.groupby(["method", "budget"])[["r2_protocol", "r2_many"]].mean().reset_index()
+    command = (f"`nice -n 10 python analyses/scalebench.py --refit-starts {task_name} {law_id} "
+               f"--seeds {min(seeds)}-{max(seeds)} --methods {','.join(methods)}`")
+    per_seed = (f"Per seed and checkpoint (`near_many`: starts of the {many} within 1.05x of "
+                "their best SSE):")
     text = "\n".join([
         f"# {SHORT.get(task_name, task_name)} {law_id}: the protocol's refit against {many} starts",
-        "", f"`nice -n 10 python analyses/scalebench.py --refit-starts {task_name} {law_id} "
-        f"--seeds {min(seeds)}-{max(seeds)} --methods {','.join(methods)}`", "",
-        f"Per seed and checkpoint (`near_many`: starts of the {many} within 1.05x of their best "
-        "SSE):", "", df.to_markdown(index=False, floatfmt=".4g"), "",
-        "Mean over seeds:", "", mean.to_markdown(index=False, floatfmt=".3f"), ""])
+        "", command, "", per_seed, "", markdown_table(df), "", "Mean over seeds:", "",
+        markdown_table(mean), ""])
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"refit_starts_{SHORT.get(task_name, task_name)}_{law_id}.md").write_text(text)
     print(mean.to_string())

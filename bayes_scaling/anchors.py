@@ -271,7 +271,6 @@ def _refit_setup(law, tables, values, weights, noise_var: float, discrepancy):
     discrepancy's covariance ``s_d^2 k`` over the standardised log inputs (query rows scaled by
     the square roots of the query weights, which weights each query's expected error); the
     observed rows' indices; and ``s_d``."""
-    queries, candidates, observed = tables
     F = np.concatenate(values, axis=1)
     n_q, n_c = values[0].shape[1], values[1].shape[1]
     evals, evecs = np.linalg.eigh(np.cov(F, rowvar=False))
