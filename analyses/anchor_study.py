@@ -212,9 +212,14 @@ def main(argv=None):
     refit_kind = args.refit_posterior
     base, how = base_posterior(law, train, out / f"base_posterior_{args.posterior}.nc",
                                kind=args.posterior, posterior_kw=kw)
-    check = weights_check(base, train)
+    d = getattr(base, "diagnostics", None) or {}
+    check = (f"{bc.diagnostics_note(base) or 'no diagnostics'}"
+             + (f" (max R-hat {d['max_rhat']:.3f}, min bulk ESS {d['min_ess_bulk']:.0f}, "
+                f"{d['divergences']} divergences)" if "max_rhat" in d else "")
+             + f"; tr(C_OO)/s^2 = {weights_check(base, train):.3g} at the fitted rows (the "
+               "refit criterion's weights check, docs/design.md)")
     if args.check_only:
-        print(f"{how}; {bc.diagnostics_note(base)}; tr(C_OO)/s^2 = {check:.3g}")
+        print(f"{how}; {check}")
         return 0
     crits = {"ours": {}, "ours-gain": {"greedy": "gain"},
              "ours-refit": {"criterion": "refit", "observed": train},
@@ -226,6 +231,7 @@ def main(argv=None):
             return select(base, cands, cost=flops, budget=b, queries=queries, **crits[strategy])
 
     s_d = choose("ours-refit", budgets[0]).attrs["discrepancy"]
+    check += f"; the refit criterion's discrepancy sd s_d = {s_d:.3g} (log loss)"
     for k in (float(x) for x in args.refit_sd_scales.split(",") if x):
         crits[f"ours-refit-sd{k:g}x"] = {"criterion": "refit", "observed": train,
                                         "discrepancy": k * s_d}
@@ -317,9 +323,7 @@ def write_summary(res, *, law, how, refit_kind, base, train, cands, queries, pap
              (f"Law `{law.name}` on the target domain; fit at PTPP {stages} ({len(train)} rows); "
              f"{len(cands)} candidates at PTPP {test_ptpp:g} (N_nonemb {sizes}); {len(queries)} "
              f"queries (largest model, N_nonemb = {queries[bc.SIZE].iloc[0]:.0f}). Posterior: "
-             f"{how} (refits: {refit_kind}); {bc.diagnostics_note(base) or 'no diagnostics'}; "
-             f"tr(C_OO)/s^2 = {check:.3g} at the fitted rows (the refit criterion's weights "
-             "check, docs/design.md). "
+             f"{how} (refits: {refit_kind}); {check}. "
              f"Paper anchor cost {paper_cost:.3e} FLOPs; random: mean of the seeds run "
              f"(column seeds, of {seeds}). {len(res) + len(diag)} fits, run time "
              f"{time.time() - t0:.0f} s."), "",
