@@ -83,8 +83,9 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
     likelihood scale sigma^2 (or ``noise^2``). For a set A of runs, the criterion is the expected
     posterior uncertainty of the queries q after observing y_A, averaged over the predictive
     distribution of y_A (``criterion="auto"``, the default, is ``"refit"`` when the fitted rows
-    are given as ``observed`` and ``"variance"`` otherwise: on ``bible_ptpp`` the refit criterion's
-    anchors beat the variance criterion's at every budget, docs/design.md):
+    are given as ``observed`` and ``"variance"`` otherwise: on ``bible_ptpp`` at PTPP 279 the
+    refit criterion's anchors beat the variance criterion's at every budget, one stage down they
+    do not; docs/design.md):
 
     - ``criterion="variance"``: ``V(A) = E_{y_A}[ sum_j w_j Var(f_qj | y_A) ]`` (``w`` =
       ``query_weights``, default 1/n_q: the mean variance of log forecasts, i.e. squared relative
