@@ -373,10 +373,11 @@ def plot(agg, test_ptpp, out):
             for ax, col in zip(axes, ("mae_rel", "coverage90")):
                 ax.axhline(g[col].iloc[0], color="k", ls=":", label="no anchors")
             continue
+        style = ({"color": colors[strat]} if strat in colors  # sensitivity rows: grey, dashed
+                 else {"color": "0.6", "ls": "--", "alpha": 0.7})
         axes[0].errorbar(g["budget_x"], g["mae_rel"], yerr=g["mae_rel_sd"].fillna(0), marker="o",
-                         color=colors.get(strat), label=strat, capsize=3)
-        axes[1].plot(g["budget_x"], g["coverage90"], marker="o", color=colors.get(strat),
-                     label=strat)
+                         label=strat, capsize=3, **style)
+        axes[1].plot(g["budget_x"], g["coverage90"], marker="o", label=strat, **style)
     axes[1].axhline(0.9, color="grey", ls="--", lw=1)
     axes[0].set(xscale="log", xlabel="budget (x the paper's anchor cost)",
                 ylabel="MAE_rel at the queries",
