@@ -17,7 +17,17 @@ the queries (MAE_rel of the posterior median; coverage of the 90% predictive int
   smallest model's, within the budget; at budget 1x it is exactly the smallest model's full grid;
 - ours: ``bs.anchors.select`` (greedy expected query-variance reduction per FLOP with the
   plain-gain fallback, ``greedy="auto"``, from the posterior fitted at PTPP {15, 31}); also
-  reported: ``ours-gain``, the same criterion ranked by value alone (``greedy="gain"``).
+  reported: ``ours-gain``, the same criterion ranked by value alone (``greedy="gain"``);
+- ours-refit: ``bs.anchors.select(criterion="refit")``, the expected error at the queries of the
+  law refitted on the PTPP-{15, 31} rows plus the anchors, with a model discrepancy the refit
+  does not model (``greedy="auto"``); ``ours-refit-gain`` with ``greedy="gain"``;
+  ``ours-refit-sd<k>x`` (``--refit-sd-scales``) with the discrepancy's sd scaled by k.
+
+The selections read the base posterior (NUTS by default, cached in ``base_posterior_<kind>.nc``
+beside the outputs and reused while the rows, the settings and the model code are unchanged;
+``--check-only`` prints its checks and exits); every refit, ``none`` included, is
+``--refit-posterior`` (Laplace by default: the study's 40-odd fits in minutes), so the
+strategies are scored alike. A refit of an anchor set already fitted is reused.
 
 Budgets are multiples of the paper's anchor cost. As a diagnosis, the law is also refitted on one
 model's full PTPP-279 grid (each size but the smallest, whose grid is ``paper`` at 1x) and on
@@ -31,6 +41,7 @@ results.csv, selection_order.csv, budget_error.png, summary.md.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -50,6 +61,8 @@ import bible_common as bc  # noqa: E402
 import bayes_scaling as bs  # noqa: E402
 import bayes_scaling.evaluate as ev  # noqa: E402
 from bayes_scaling.anchors import candidate_cost, select  # noqa: E402
+from bayes_scaling.bayes.predictive import as_draws, predict_draws  # noqa: E402
+from bayes_scaling.objective import data_hash  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -101,6 +114,47 @@ def score(post, queries, level=0.9):
             "width_rel": float(np.mean((hi - lo) / y)), "nonfinite_draws": n_bad, "failed": ""}
 
 
+def model_code_hash() -> str:
+    """Hash of the model's source (laws, priors, likelihood, samplers): a cached posterior is stale
+    once it changes; the selection and design code are not part of it."""
+    h = hashlib.sha256()
+    root = Path(bs.__file__).parent
+    for f in sorted([*root.glob("*.py"), *(root / "bayes").rglob("*.py"),
+                     *(root / "laws").rglob("*.py")]):
+        if f.name != "anchors.py":
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def base_posterior(law, train, path, *, kind, posterior_kw):
+    """(posterior, label) of the base fit, reusing ``path`` (netCDF) when it was fitted on the same
+    rows with the same settings by the same model code."""
+    cols = [law.column(v) for v in law.variables if law.column(v) in train] + ["loss"]
+    key = {"law": law.name, "rows": int(len(train)), "hash": data_hash(train, cols),
+           "kind": kind, "kw": posterior_kw, "seed": 0, "code": model_code_hash()}
+    meta = path.with_suffix(".json")
+    if path.exists() and meta.exists() and json.loads(meta.read_text()) == key:
+        post = bs.load_posterior(path, law)
+        post.settings["allow_unconverged"] = True  # labelled by diagnostics_note
+        return post, f"bs.fit_posterior ({post.settings.get('method', 'nuts')}, cached)"
+    post, how = bc.posterior(law, train, seed=0, kind=kind, posterior_kw=posterior_kw)
+    post.save(path)
+    meta.write_text(json.dumps(key))
+    return post, how
+
+
+def weights_check(post, rows) -> float:
+    """``tr(C_OO) / s^2``: the draws' summed variance of the log law at the rows the posterior was
+    fitted on over the mean of sigma^2. In the linear-Gaussian model it is the trace of the hat
+    matrix (about the number of well-determined parameters), which ``criterion="refit"`` relies on
+    for the refit's weights ``C_tO / s^2`` (docs/design.md); draws that overflow are left out."""
+    d = as_draws(post, 4000)
+    with np.errstate(all="ignore"):
+        F = np.log(predict_draws(d, rows))
+    ok = np.all(np.isfinite(F), 1)
+    return float(np.trace(np.cov(F[ok], rowvar=False)) / np.mean(d.sigma[ok] ** 2))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--synthetic", action="store_true", help="dry run on a synthetic table")
@@ -109,14 +163,22 @@ def main(argv=None):
     ap.add_argument("--test-ptpp", type=float, default=279.0)
     ap.add_argument("--budgets", default="0.25,0.5,1,2", help="multiples of the paper's anchor cost")
     ap.add_argument("--seeds", type=int, default=5, help="random-anchor seeds")
-    ap.add_argument("--posterior", default="laplace", choices=("auto", "nuts", "laplace"),
-                    help="posterior of the base fit (default laplace, as analyses/ptpp_paper.py: "
-                         "the 33 fits of the study in minutes; nuts takes minutes per fit)")
-    ap.add_argument("--refit-posterior", default=None, choices=("auto", "nuts", "laplace"),
-                    help="posterior of the refits (default: as --posterior)")
+    ap.add_argument("--posterior", default="nuts", choices=("auto", "nuts", "laplace"),
+                    help="posterior of the base fit that the selections read (default nuts: the "
+                         "Laplace approximation fails its own check here, Pareto k 0.89)")
+    ap.add_argument("--refit-posterior", default="laplace", choices=("auto", "nuts", "laplace"),
+                    help="posterior of every refit, none included (default laplace)")
     ap.add_argument("--posterior-kw", default="{}", help="JSON kwargs for bs.fit_posterior")
     ap.add_argument("--resume", action="store_true",
                     help="keep the rows of an earlier results.csv and fit only the missing ones")
+    ap.add_argument("--refit-sd-scales", default="",
+                    help="also ours-refit with the discrepancy sd scaled by these factors "
+                         "(e.g. 0.5,2: a sensitivity diagnosis, left out of the winners)")
+    ap.add_argument("--check-only", action="store_true",
+                    help="fit (or load) the base posterior, print its checks and exit")
+    ap.add_argument("--redo", default="",
+                    help="with --resume: strategies whose earlier rows are dropped and refitted "
+                         "(comma-separated, e.g. ours,ours-gain after a change of the selection)")
     args = ap.parse_args(argv)
     train_ptpp = tuple(float(x) for x in args.train_ptpp.split(","))
     default = train_ptpp == (15.0, 31.0) and args.test_ptpp == 279.0
@@ -147,21 +209,51 @@ def main(argv=None):
     paper_cost = float(cost[np.isclose(cands[bc.SIZE], smallest)].sum())
     budgets = [float(b) * paper_cost for b in args.budgets.split(",")]
 
-    refit_kind = args.refit_posterior or args.posterior
-    base, how = bc.posterior(law, train, seed=0, kind=args.posterior, posterior_kw=kw)
-    sel_full = select(base, cands, cost=flops, budget=max(budgets), queries=queries)
-    sel_full.to_csv(out / "selection_order.csv", index=False)
+    refit_kind = args.refit_posterior
+    base, how = base_posterior(law, train, out / f"base_posterior_{args.posterior}.nc",
+                               kind=args.posterior, posterior_kw=kw)
+    d = getattr(base, "diagnostics", None) or {}
+    check = (f"{bc.diagnostics_note(base) or 'no diagnostics'}"
+             + (f" (max R-hat {d['max_rhat']:.3f}, min bulk ESS {d['min_ess_bulk']:.0f}, "
+                f"{d['divergences']} divergences)" if "max_rhat" in d else "")
+             + f"; tr(C_OO)/s^2 = {weights_check(base, train):.3g} at the fitted rows (the "
+               "refit criterion's weights check, docs/design.md)")
+    if args.check_only:
+        print(f"{how}; {check}")
+        return 0
+    crits = {"ours": {}, "ours-gain": {"greedy": "gain"},
+             "ours-refit": {"criterion": "refit", "observed": train},
+             "ours-refit-gain": {"criterion": "refit", "observed": train, "greedy": "gain"}}
+
+    def choose(strategy, b):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # overflowing draws: left out whole
+            return select(base, cands, cost=flops, budget=b, queries=queries, **crits[strategy])
+
+    s_d = choose("ours-refit", budgets[0]).attrs["discrepancy"]
+    check += f"; the refit criterion's discrepancy sd s_d = {s_d:.3g} (log loss)"
+    for k in (float(x) for x in args.refit_sd_scales.split(",") if x):
+        crits[f"ours-refit-sd{k:g}x"] = {"criterion": "refit", "observed": train,
+                                        "discrepancy": k * s_d}
+
+    pd.concat([choose(k, max(budgets)).assign(strategy=k) for k in ("ours", "ours-refit")]).to_csv(
+        out / "selection_order.csv", index=False)
     done = pd.read_csv(out / "results.csv") if args.resume and (out / "results.csv").exists() \
         else pd.DataFrame()
+    redo = [x for x in args.redo.split(",") if x]
+    if redo and len(done):
+        done = done[~done["strategy"].isin(redo)]
     rows = done.to_dict("records")
     keys = {(r["strategy"], round(r["budget_x"], 6), r["seed"]) for r in rows}
+    fitted = {}  # refits by anchor set and seed: selections that coincide share one fit
     header = {"law": law, "how": how, "refit_kind": refit_kind, "base": base, "train": train,
               "cands": cands, "queries": queries, "paper_cost": paper_cost, "seeds": args.seeds,
-              "t0": t0, "train_ptpp": train_ptpp, "test_ptpp": args.test_ptpp,
+              "t0": t0, "train_ptpp": train_ptpp, "test_ptpp": args.test_ptpp, "check": check,
               "default": default, "synthetic": args.synthetic, "out": out}
 
     def record(strategy, b, idx, post, seed=0):
         rows.append(dict(strategy=strategy, budget_x=b / paper_cost, budget=b,
+                         selection_base=how if strategy.startswith("ours") else "",
                          spent=float(cost[idx].sum()), n_anchors=len(idx), seed=seed,
                          sizes="/".join(str(int((cands.loc[idx, bc.SIZE] == n).sum()))
                                         for n in sizes),
@@ -173,23 +265,24 @@ def main(argv=None):
     def refit(idx, strategy, b, seed=0):
         if (strategy, round(b / paper_cost, 6), seed) in keys:
             return
-        fit_df = pd.concat([train, cands.loc[idx]])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            post, _ = bc.posterior(law, fit_df, seed=seed, kind=refit_kind, posterior_kw=kw)
-        record(strategy, b, idx, post, seed)
+        k = (frozenset(idx), seed)
+        if k not in fitted:
+            fit_df = pd.concat([train, cands.loc[idx]])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fitted[k], _ = bc.posterior(law, fit_df, seed=seed, kind=refit_kind,
+                                            posterior_kw=kw)
+        record(strategy, b, idx, fitted[k], seed)
         print(f"{strategy} {b / paper_cost:g}x seed {seed} ({time.time() - t0:.0f} s)", flush=True)
 
     sizes = sorted(cands[bc.SIZE].unique())
-    if ("none", 0.0, 0) not in keys:
-        record("none", 0.0, [], base)
+    refit([], "none", 0.0)
     # the strategies first, then the random seeds, then one size's full grid each: a partial run
     # already compares the strategies at every budget
     for b in budgets:
-        refit(select(base, cands, cost=flops, budget=b, queries=queries)["candidate"].tolist(),
-              "ours", b)
-        refit(select(base, cands, cost=flops, budget=b, queries=queries,
-                     greedy="gain")["candidate"].tolist(), "ours-gain", b)
+        for strategy in crits:
+            if (strategy, round(b / paper_cost, 6), 0) not in keys:
+                refit(choose(strategy, b)["candidate"].tolist(), strategy, b)
         refit(take_in_order(p_order, cost, b), "paper", b)
     for s in range(args.seeds):
         order = list(np.random.default_rng(s).permutation(cands.index.to_numpy()))
@@ -199,11 +292,12 @@ def main(argv=None):
         idx = cands.index[np.isclose(cands[bc.SIZE], n)].tolist()
         refit(idx, f"grid N={n:.0f}", float(cost[idx].sum()))
     refit(cands.index.tolist(), "every candidate", float(cost.sum()))
+    write_summary(pd.DataFrame(rows), **header)
     return 0
 
 
 def write_summary(res, *, law, how, refit_kind, base, train, cands, queries, paper_cost, seeds,
-                  t0, train_ptpp, test_ptpp, default, synthetic, out):
+                  t0, train_ptpp, test_ptpp, check, default, synthetic, out):
     """summary.md and budget_error.png from the rows of results.csv so far."""
     res = res.copy()
     res["failed"] = res["failed"].fillna("")
@@ -217,7 +311,8 @@ def write_summary(res, *, law, how, refit_kind, base, train, cands, queries, pap
     agg["sizes"] = agg["sizes"].where(agg["seeds"] == 1, "").fillna("")
     plot(agg, test_ptpp, out)
     best = {}
-    for b, g in agg[agg["strategy"] != "none"].groupby("budget_x"):
+    contenders = (agg["strategy"] != "none") & ~agg["strategy"].str.contains("-sd")
+    for b, g in agg[contenders].groupby("budget_x"):
         g = g.set_index("strategy")["mae_rel"].dropna()
         best[b] = (g.idxmin() if len(g) else "none (every refit failed)", g.to_dict())
     stages = "{" + ", ".join(f"{p:g}" for p in train_ptpp) + "}"
@@ -228,7 +323,7 @@ def write_summary(res, *, law, how, refit_kind, base, train, cands, queries, pap
              (f"Law `{law.name}` on the target domain; fit at PTPP {stages} ({len(train)} rows); "
              f"{len(cands)} candidates at PTPP {test_ptpp:g} (N_nonemb {sizes}); {len(queries)} "
              f"queries (largest model, N_nonemb = {queries[bc.SIZE].iloc[0]:.0f}). Posterior: "
-             f"{how} (refits: {refit_kind}); {bc.diagnostics_note(base) or 'no diagnostics'}. "
+             f"{how} (refits: {refit_kind}); {check}. "
              f"Paper anchor cost {paper_cost:.3e} FLOPs; random: mean of the seeds run "
              f"(column seeds, of {seeds}). {len(res) + len(diag)} fits, run time "
              f"{time.time() - t0:.0f} s."), "",
@@ -255,9 +350,10 @@ def write_summary(res, *, law, how, refit_kind, base, train, cands, queries, pap
             lines.append(f"| {r['strategy']} | {r['budget_x']:.1f} | {r['mae_rel']:.4f} "
                          f"| {r['coverage90']:.2f} | {r['width_rel']:.4f} |")
     mp = [c for c in res.columns if c.startswith("map_") and c != "map_sigma"]
-    moved = res[(res["seed"] == 0) & res["strategy"].isin(["none", "ours", "paper"])]
-    lines += ["", ("Posterior mode of every parameter, base fit and the refits of `ours` and "
-                   "`paper` (which parameters the anchors move):"), "",
+    moved = res[(res["seed"] == 0)
+                & res["strategy"].isin(["none", "ours", "ours-refit", "paper"])]
+    lines += ["", ("Posterior mode of every parameter, the refit without anchors and those of "
+                   "`ours`, `ours-refit` and `paper` (which parameters the anchors move):"), "",
               "| strategy | budget | " + " | ".join(c[4:] for c in mp) + " |",
               "|---|---|" + "---|" * len(mp)]
     for _, r in moved.sort_values(["budget_x", "strategy"]).iterrows():
@@ -269,16 +365,19 @@ def write_summary(res, *, law, how, refit_kind, base, train, cands, queries, pap
 def plot(agg, test_ptpp, out):
     """budget_error.png: MAE_rel and 90% coverage against the budget, one line per strategy."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
-    colors = {"ours": "C2", "ours-gain": "C3", "paper": "C0", "random": "C1", "none": "k"}
+    colors = {"ours": "C2", "ours-gain": "C3", "ours-refit": "C4", "ours-refit-gain": "C5",
+              "paper": "C0", "random": "C1", "none": "k"}
     for strat, g in agg.groupby("strategy"):
         g = g.sort_values("budget_x")
         if strat == "none":
             for ax, col in zip(axes, ("mae_rel", "coverage90")):
                 ax.axhline(g[col].iloc[0], color="k", ls=":", label="no anchors")
             continue
+        style = ({"color": colors[strat]} if strat in colors  # sensitivity rows: grey, dashed
+                 else {"color": "0.6", "ls": "--", "alpha": 0.7})
         axes[0].errorbar(g["budget_x"], g["mae_rel"], yerr=g["mae_rel_sd"].fillna(0), marker="o",
-                         color=colors[strat], label=strat, capsize=3)
-        axes[1].plot(g["budget_x"], g["coverage90"], marker="o", color=colors[strat], label=strat)
+                         label=strat, capsize=3, **style)
+        axes[1].plot(g["budget_x"], g["coverage90"], marker="o", label=strat, **style)
     axes[1].axhline(0.9, color="grey", ls="--", lw=1)
     axes[0].set(xscale="log", xlabel="budget (x the paper's anchor cost)",
                 ylabel="MAE_rel at the queries",

@@ -16,6 +16,8 @@ Run (niced; ``--workers`` processes):
     nice -n 10 python analyses/scalebench.py --intervals   # bayes's intervals: draws vs delta
     python analyses/scalebench.py --diagnose farseer_scaling_law sl_1 7 [--methods d_opt]
     python analyses/scalebench.py --enumerate parallel_scaling_law sl_9 0.05
+    nice -n 10 python analyses/scalebench.py --refit-starts farseer_scaling_law sl_1 --seeds 0-4 \
+        --methods bayes,v_opt        # the protocol's 64-start refit against 1024 starts
 """
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ import numpy as np
 import pandas as pd
 
 import bayes_scaling as bs
+from bayes_scaling.design import fitting
+from bayes_scaling.evaluate.report import markdown_table
 from scaleout import get_executor
 
 OUT = Path(__file__).resolve().parent / "out" / "scalebench"
@@ -182,7 +186,6 @@ def figures(df):
 
 def speed(data_dir):
     """Refit time and quality, jax against scipy, on 20 random runs of a few laws."""
-    from bayes_scaling.design import fitting
 
     for task, law_id in [("vocab_scaling_law", "sl_3"), ("data_constrained_scaling_law", "sl_4"),
                          ("farseer_scaling_law", "sl_1")]:
@@ -244,7 +247,6 @@ def diagnose(task_name, law_id, seed, method, data_dir, redraws=3):
     (SSE and the target R^2 each would score) and ``redraws`` refits of the same runs from fresh
     draws of the 64 starts: tells a purchase that cannot forecast the targets from a refit that
     missed its best minimum."""
-    from bayes_scaling.design import fitting
 
     task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
     law = task.law
@@ -275,13 +277,57 @@ def diagnose(task_name, law_id, seed, method, data_dir, redraws=3):
                 print(f"  fresh starts {k}: SSE {again.sse.min():.7f}, R2 {r2(g, again.best):.2f}")
 
 
+def refit_starts(task_name, law_id, seeds, methods, data_dir, many=1024):
+    """Is a low target R^2 the method's choice of runs or the protocol's refit? For each method,
+    seed and checkpoint: the protocol's score (best of its 64 starts) beside that of the refit of
+    the same runs from ``many`` uniform starts (its lowest SSE), and how many of those starts end
+    within 1.05x of it. Writes ``refit_starts_<task>_<law>.md`` and prints the table."""
+    task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
+    law = task.law
+
+    def r2(g, theta):
+        return fitting.r2_clipped(g.y_test, np.asarray(fitting.predictor(law)(theta[None],
+                                                                              g.x_test))[0])
+
+    rows = []
+    for method in methods:
+        for seed in seeds:
+            for budget, states, fits in bs.design.checkpoints((task, method, int(seed), "jax", {})):
+                for st, (starts, _) in zip(states, fits):
+                    if starts is None or not starts.ok:
+                        continue
+                    g, obs = st.group, st.observed
+                    th0 = fitting.uniform_starts(law, many, np.random.default_rng(20_000 + seed))
+                    big = fitting.least_squares(law, {v: a[obs] for v, a in g.x.items()},
+                                                g.y[obs], th0)
+                    rows.append({"method": method, "seed": seed, "budget": budget,
+                                 "n_runs": len(obs), "sse_protocol": float(starts.sse.min()),
+                                 "r2_protocol": r2(g, starts.best),
+                                 "sse_many": float(big.sse.min()), "r2_many": r2(g, big.best),
+                                 "near_many": int((big.sse < 1.05 * big.sse.min()).sum())})
+                    print(rows[-1], flush=True)
+    df = pd.DataFrame(rows)
+    mean = df.groupby(["method", "budget"])[["r2_protocol", "r2_many"]].mean().reset_index()
+    command = (f"`nice -n 10 python analyses/scalebench.py --refit-starts {task_name} {law_id} "
+               f"--seeds {min(seeds)}-{max(seeds)} --methods {','.join(methods)}`")
+    per_seed = (f"Per seed and checkpoint (`near_many`: starts of the {many} within 1.05x of "
+                "their best SSE):")
+    text = "\n".join([
+        f"# {SHORT.get(task_name, task_name)} {law_id}: the protocol's refit against {many} starts",
+        "", command, "", per_seed, "", markdown_table(df), "", "Mean over seeds:", "",
+        markdown_table(mean), ""])
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"refit_starts_{SHORT.get(task_name, task_name)}_{law_id}.md").write_text(text)
+    print(mean.to_string())
+    return 0
+
+
 def enumerate_purchases(task_name, law_id, budget, data_dir, cheapest=8, max_runs=3):
     """Every purchase of 2..``max_runs`` runs among the group's ``cheapest`` runs that fits in
     ``budget`` (the same rows bought in every group, whose pools list the same runs), scored by the
     protocol's refit (starts of seed 0): what the best affordable purchase would score."""
     from itertools import combinations
 
-    from bayes_scaling.design import fitting
 
     task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
     groups, law = task.groups(), task.law
@@ -321,6 +367,7 @@ def main(argv=None):
     ap.add_argument("--intervals", action="store_true")
     ap.add_argument("--diagnose", nargs=3, metavar=("TASK", "LAW", "SEED"))
     ap.add_argument("--enumerate", nargs=3, metavar=("TASK", "LAW", "BUDGET"))
+    ap.add_argument("--refit-starts", nargs=2, metavar=("TASK", "LAW"))
     a = ap.parse_args(argv)
     if a.speed:
         return speed(a.data_dir)
@@ -329,6 +376,9 @@ def main(argv=None):
                         else "bayes", a.data_dir)
     if a.enumerate:
         return enumerate_purchases(*a.enumerate, a.data_dir)
+    if a.refit_starts:
+        return refit_starts(*a.refit_starts, parse_seeds(a.seeds), a.methods.split(","),
+                            a.data_dir)
     if a.intervals:
         return intervals(a.data_dir, parse_seeds(a.seeds))
     if not a.summary:

@@ -2,7 +2,9 @@
 
 Given a posterior fitted on cheap runs, a table of candidate runs with their cost and the query
 rows whose forecasts matter, :func:`select` returns an ordered list of candidates that most reduce
-the expected posterior uncertainty of the query forecasts per unit of compute, within a budget.
+the expected posterior uncertainty of the query forecasts (``criterion="variance"``), or the
+expected error of the law refitted with them at the queries (``criterion="refit"``), per unit of
+compute, within a budget.
 
 The PTPP paper (Section 2, "Anchors"; Table 2) shows that 20 small-scale anchors at the target PTPP
 tighten forecasts; its closing section names "cost-aware anchor selection" as future work. This is
@@ -21,7 +23,8 @@ import numpy as np
 import pandas as pd
 
 from .bayes.predictive import ParamDraws, as_draws, predict_draws
-from .design.acquisition import best_rule, greedy_importance, greedy_linear
+from .design.acquisition import best_rule, greedy_importance, greedy_linear, greedy_refit
+from .design.posterior import DISC_REL, kernel, log_inputs
 from .errors import BayesScalingError
 
 __all__ = ["candidate_cost", "select"]
@@ -68,9 +71,10 @@ def _noise_var(posterior, draws: ParamDraws | None, noise, n_c):
 
 
 def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
-           queries: pd.DataFrame, criterion: str = "variance", method: str = "linear",
-           noise=None, query_weights=None, greedy: str = "auto", n_sim: int = 256,
-           max_draws: int | None = 4000, seed: int = 0) -> pd.DataFrame:
+           queries: pd.DataFrame, criterion: str = "auto", method: str = "linear",
+           noise=None, query_weights=None, greedy: str = "auto", observed=None,
+           discrepancy=None, n_sim: int = 256, max_draws: int | None = 4000,
+           seed: int = 0) -> pd.DataFrame:
     """Greedy anchor selection: the candidates that most reduce query uncertainty per unit cost.
 
     Let ``f_i(theta) = log L(theta, x_i)`` (the law in log space, where the likelihood lives) and
@@ -78,13 +82,31 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
     ``y_c = f_c(theta) + eps_c``, eps_c ~ N(0, s_c^2), with ``s_c^2`` the posterior mean of the
     likelihood scale sigma^2 (or ``noise^2``). For a set A of runs, the criterion is the expected
     posterior uncertainty of the queries q after observing y_A, averaged over the predictive
-    distribution of y_A:
+    distribution of y_A (``criterion="auto"``, the default, is ``"refit"`` when the fitted rows
+    are given as ``observed`` and ``"variance"`` otherwise: on ``bible_ptpp`` at PTPP 279 the
+    refit criterion's anchors beat the variance criterion's at every budget, one stage down they
+    do not; docs/design.md):
 
     - ``criterion="variance"``: ``V(A) = E_{y_A}[ sum_j w_j Var(f_qj | y_A) ]`` (``w`` =
       ``query_weights``, default 1/n_q: the mean variance of log forecasts, i.e. squared relative
       error);
     - ``criterion="entropy"``: ``H(A) = E_{y_A}[ 1/2 log det Cov(f_q | y_A) ]``; the reduction
       ``H(0) - H(A)`` is the expected information gain about the queries (nats). Linear method only.
+    - ``criterion="refit"``: ``R(A) = sum_j w_j E[(f_hat_qj(A) - f_qj - delta_qj)^2]``, the
+      expected squared error at the queries of the law *refitted* to the posterior's own rows
+      (``observed``) plus A, when the truth is the law plus a discrepancy ``delta ~ GP(0, s_d^2
+      k)`` over the standardised log inputs that the refit does not model (docs/design.md,
+      "the refit's error from a fitted posterior's draws"). Linearised in the draws' joint
+      covariance ``C`` of the log law values over queries, candidates and observed rows: after
+      conditioning ``C`` on A, the refit's weights on the observed rows O are ``g_j = C_Oj / s^2``
+      and
+
+          E_j = C_jj + s_d^2 (k_jj - 2 g_j' k_Oj + g_j' k_OO g_j),
+
+      the posterior variance plus what the discrepancy of the runs the refit leans on costs at
+      the queries (:func:`~bayes_scaling.design.acquisition.refit_error`). Without a discrepancy
+      it is ``criterion="variance"``; with one, a run far from the queries can raise it, and the
+      greedy stops when no affordable run lowers it. Linear method only.
 
     Greedy rule: starting from A = {}, add the affordable candidate with the largest
     ``(V(A) - V(A + c)) / cost_c`` (``greedy="ratio"``: value per unit compute) or the largest
@@ -118,11 +140,17 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
         budget: total cost allowed (same unit as ``cost``).
         cost: ``"6ND"``, a column name, an array or a callable (:func:`candidate_cost`).
         queries: rows whose forecasts matter.
-        criterion: ``"variance"`` or ``"entropy"``.
+        criterion: ``"auto"``, ``"refit"``, ``"variance"`` or ``"entropy"``.
         method: ``"linear"`` or ``"importance"``.
         noise: sd of the log loss of one run (default: from the posterior's sigma draws).
         query_weights: weights of the queries in the variance criterion (default uniform).
         greedy: ``"auto"``, ``"ratio"`` or ``"gain"`` (see above).
+        observed: the rows the posterior was fitted on (``criterion="refit"`` only, required
+            there: the refit leans on them too).
+        discrepancy: ``s_d``, the prior sd of the law's misfit in log loss (``criterion="refit"``
+            only; default ``max(s, 0.1 sd)`` of the posterior mean log loss over ``observed``,
+            as ``bs.design``'s posterior); the kernel's length is 1 in log inputs standardised
+            over the observed rows and the candidates.
         n_sim, seed: pseudo-truths of the importance method.
         max_draws: thin :class:`ParamDraws` to at most this many draws.
 
@@ -134,12 +162,20 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
         cumulative information gain in nats). ``df.attrs`` holds the initial criterion, the noise,
         the method, the greedy rule used and the settings.
     """
-    if criterion not in ("variance", "entropy"):
-        raise BayesScalingError(f"criterion must be 'variance' or 'entropy', got {criterion!r}")
+    if criterion == "auto":
+        criterion = "variance" if observed is None else "refit"
+    if criterion not in ("variance", "entropy", "refit"):
+        raise BayesScalingError(f"criterion must be 'auto', 'variance', 'entropy' or 'refit', "
+                                f"got {criterion!r}")
     if method not in ("linear", "importance"):
         raise BayesScalingError(f"method must be 'linear' or 'importance', got {method!r}")
     if method == "importance" and criterion != "variance":
         raise BayesScalingError("method='importance' supports criterion='variance' only")
+    if criterion == "refit" and not (isinstance(observed, pd.DataFrame) and len(observed)):
+        raise BayesScalingError("criterion='refit' needs observed=<the rows the posterior was "
+                                "fitted on> (a non-empty DataFrame): the refit leans on them too")
+    if criterion != "refit" and (observed is not None or discrepancy is not None):
+        raise BayesScalingError("observed= and discrepancy= belong to criterion='refit'")
     if greedy not in ("auto", "ratio", "gain"):
         raise BayesScalingError(f"greedy must be 'auto', 'ratio' or 'gain', got {greedy!r}")
     if not isinstance(candidates, pd.DataFrame) or len(candidates) == 0:
@@ -160,11 +196,12 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
     src = posterior if draws is None else draws
     Fc = np.log(predict_draws(src, candidates))
     Fq = np.log(predict_draws(src, queries))
+    Fo = np.log(predict_draws(src, observed)) if criterion == "refit" else Fq[:, :0]
     if Fc.shape[0] < 3:
         raise BayesScalingError(f"anchor selection needs posterior draws; got {Fc.shape[0]} "
                                 "draw(s) (a point fit carries no uncertainty to reduce)")
     with np.errstate(invalid="ignore"):
-        ok = np.all(np.isfinite(Fc), 1) & np.all(np.isfinite(Fq), 1)
+        ok = np.all(np.isfinite(Fc), 1) & np.all(np.isfinite(Fq), 1) & np.all(np.isfinite(Fo), 1)
     if ok.sum() < 3:
         raise BayesScalingError(f"{int((~ok).sum())} of {len(ok)} draws predict non-positive or "
                                 "non-finite losses at the candidates or queries; check the rows' "
@@ -174,7 +211,7 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
         warnings.warn(f"{int((~ok).sum())} of {len(ok)} posterior draws predict non-finite losses "
                       "at the candidates or queries; they are left out of the selection",
                       RuntimeWarning, stacklevel=2)
-        Fc, Fq = Fc[ok], Fq[ok]
+        Fc, Fq, Fo = Fc[ok], Fq[ok], Fo[ok]
     S = Fc.shape[0]
     n_c, n_q = Fc.shape[1], Fq.shape[1]
     s2, noise_src = _noise_var(posterior, draws, noise, n_c)
@@ -182,7 +219,15 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
     if w.shape != (n_q,) or np.any(w < 0) or not np.isfinite(w).all():
         raise BayesScalingError(f"query_weights must be {n_q} non-negative numbers")
 
+    if criterion == "refit":
+        modes, K, obs, s_d = _refit_setup(draws.law if draws is not None else posterior.law,
+                                          (queries, candidates, observed), (Fq, Fc, Fo), w,
+                                          float(np.mean(s2)), discrepancy)
+
     def run(power):
+        if criterion == "refit":
+            return (*greedy_refit(modes, n_q, obs, n_q + np.arange(n_c), K, float(np.mean(s2)),
+                                  costs, float(budget), cost_power=power), [])
         if method == "linear":
             C = np.cov(np.concatenate([Fq, Fc], axis=1), rowvar=False).reshape(n_q + n_c, -1)
             return (*greedy_linear(C, n_q, s2, costs, float(budget), criterion=criterion,
@@ -208,10 +253,41 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
         gain = prev - v
         row.update(cost=costs[c], cum_cost=cum, criterion_before=prev, criterion_after=v, gain=gain,
                    gain_per_cost=gain / costs[c],
-                   reduction=(v0 - v) / v0 if criterion == "variance" else v0 - v)
+                   reduction=(v0 - v) / v0 if criterion != "entropy" else v0 - v)
         rows.append(row)
         prev = v
     out = pd.DataFrame(rows)
+    if criterion == "refit":
+        extra["discrepancy"] = s_d
     out.attrs.update(criterion=criterion, method=method, initial=v0, noise_var=float(np.mean(s2)),
                      noise_source=noise_src, n_draws=S, budget=float(budget), **extra)
     return out
+
+
+def _refit_setup(law, tables, values, weights, noise_var: float, discrepancy):
+    """The inputs of :func:`~bayes_scaling.design.acquisition.greedy_refit` for
+    ``criterion="refit"``: the draws' joint covariance of the log law values over the rows of
+    ``tables`` (queries, candidates, observed), factored as ``C = J J'`` (one mode, ``S = I``:
+    ``J S J'`` is then ``C`` and every rank-one update of ``S`` conditions ``C``); the
+    discrepancy's covariance ``s_d^2 k`` over the standardised log inputs (query rows scaled by
+    the square roots of the query weights, which weights each query's expected error); the
+    observed rows' indices; and ``s_d``."""
+    F = np.concatenate(values, axis=1)
+    n_q, n_c = values[0].shape[1], values[1].shape[1]
+    evals, evecs = np.linalg.eigh(np.cov(F, rowvar=False))
+    keep = evals > 1e-12 * max(evals.max(), 1e-300)
+    J = evecs[:, keep] * np.sqrt(evals[keep])
+    x = [{v: np.asarray(a, float) for v, a in law.inputs(t).items()} for t in tables]
+    ref = {v: np.concatenate([x[1][v], x[2][v]]) for v in law.variables}
+    z = np.concatenate([log_inputs(law, xi, ref) for xi in x])
+    if discrepancy is None:
+        s_d = max(np.sqrt(noise_var), DISC_REL * float(np.std(values[2].mean(0))))
+    else:
+        s_d = float(discrepancy)
+        if not (np.isfinite(s_d) and s_d >= 0):
+            raise BayesScalingError(f"discrepancy must be a non-negative sd, got {discrepancy!r}")
+    scale = np.concatenate([np.sqrt(weights), np.ones(len(F.T) - n_q)])
+    K = s_d ** 2 * kernel(z, z) * np.outer(scale, scale)
+    J = J * scale[:, None]
+    obs = n_q + n_c + np.arange(values[2].shape[1])
+    return [(1.0, J, np.eye(J.shape[1]))], K, obs, s_d
