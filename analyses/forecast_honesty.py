@@ -835,8 +835,8 @@ def main(argv=None) -> int:
         units = [u for u in units if u.dataset.split("/")[0] in a.only]
     if not a.summary:
         run(units, variants, method, executor)
-    command = ("nice -n 10 python analyses/forecast_honesty.py --executor local --workers 2"
-               + " --quick" * a.quick + " --nuts" * a.nuts)
+    command = (f"nice -n 10 python analyses/forecast_honesty.py --executor {a.executor} "
+               f"--workers {a.workers}" + " --quick" * a.quick + " --nuts" * a.nuts)
     print(summarise(units, variants, method, command,
                     None if a.summary else time.time() - t0))
     return 0
