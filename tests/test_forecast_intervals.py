@@ -157,6 +157,13 @@ def test_save_and_load_keep_the_cached_discrepancy(right, tmp_path):
         assert g["n_rows"] == grid[sig]["n_rows"]
         mean_tau = np.dot(g["w"], g["tau"])
         np.testing.assert_allclose(mean_tau, np.dot(grid[sig]["w"], grid[sig]["tau"]), rtol=0.2)
+        mean_mu = np.dot(g["w"], g["mu"])
+        np.testing.assert_allclose(mean_mu, np.dot(grid[sig]["w"], grid[sig]["mu"]), atol=0.01)
+    # a grid saved by a version without the systematic part is recomputed, not misread
+    loaded.settings["discrepancy_grid"] = {sig: {k: v for k, v in g.items() if k != "mu"}
+                                           for sig, g in rebuilt.items()}
+    loaded.forecast(beyond)
+    assert all("mu" in g for g in loaded.settings["discrepancy_grid"].values())
 
 
 def test_unconverged_posterior_raises_unless_allowed():

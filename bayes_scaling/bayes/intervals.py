@@ -307,12 +307,13 @@ def sample_discrepancy(grid: dict, d: np.ndarray, n_draws: int, rng):
 
 
 def signature_grid(post, signature: str) -> dict:
-    """The grid posterior of the discrepancy (:func:`tau_posterior`) for rows leaving the fitted range along ``signature``
-    (:func:`extrapolation`): rehearsal rows pooled over its directions, cached in
-    ``post.settings["discrepancy_grid"]`` (saved with the posterior). ``basis`` says what it rests
-    on (the rehearsal's rows, or the prior alone when no cut was possible)."""
+    """The grid posterior of the discrepancy (:func:`tau_posterior`) for rows leaving the fitted
+    range along ``signature`` (:func:`extrapolation`): rehearsal rows pooled over its directions,
+    cached in ``post.settings["discrepancy_grid"]`` (saved with the posterior; a grid saved without
+    ``mu`` is recomputed). ``basis`` says what it rests on (the rehearsal's rows, or the prior
+    alone when no cut was possible)."""
     cache = post.settings.setdefault("discrepancy_grid", {})
-    if signature not in cache:
+    if "mu" not in cache.get(signature, {}):  # absent, or cached by a version without mu
         table = fitted_table(post)
         parts = [rehearsal_rows(post, u, table) for u in directions(signature)]
         grid = tau_posterior(pd.concat(parts, ignore_index=True))
