@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "analyses"))
-import forecast_honesty as fh  # noqa: E402
+import forecast_honesty as fh
 
 
 def test_one_sided_tells_a_shared_error_from_a_too_narrow_interval():
