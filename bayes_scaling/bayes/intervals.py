@@ -254,10 +254,10 @@ def tau_posterior(rows: pd.DataFrame) -> dict:
     mean with known variances; Gelman et al. 2013, *Bayesian Data Analysis*, Section 2.5): with
     ``A = sum_i w_i g_i^2 / V_i`` and ``B = sum_i w_i g_i r_i / V_i``,
     ``mu | p, a, tau ~ N(B v_mu, v_mu)``, ``v_mu = 1 / (1 / MU_SCALE^2 + A)``, and the log marginal
-    likelihood is ``sum_i w_i log N(r_i; 0, V_i) + B^2 v_mu / 2 + log(sqrt(v_mu) / MU_SCALE)``. Prior: ``p`` uniform over :data:`POWERS`, ``a`` over
-    :data:`WIDTH_POWERS`, ``tau`` half-normal of scale :data:`TAU_SCALE`. A training row held out by
-    several nested cuts enters with weight ``w_i = 1 / (times it is held out)``, so each row counts
-    once in all. With no rows, the prior.
+    likelihood is ``sum_i w_i log N(r_i; 0, V_i) + B^2 v_mu / 2 + log(sqrt(v_mu) / MU_SCALE)``.
+    Prior: ``p`` uniform over :data:`POWERS`, ``a`` over :data:`WIDTH_POWERS`, ``tau`` half-normal
+    of scale :data:`TAU_SCALE`. A training row held out by several nested cuts enters with weight
+    ``w_i = 1 / (times it is held out)``, so each row counts once in all. With no rows, the prior.
 
     Returns:
         ``{"p", "tau", "mu", "mu_sd", "w"}``: lists over the grid points of non-negligible weight
