@@ -334,7 +334,8 @@ def fit_unit(job) -> list[tuple[dict, pd.DataFrame | None]]:
                 fc = post.forecast(unit.test, allow_unconverged=True)
             meta.update(extrapolated=float(fc["extrapolated"].mean()),
                         max_distance=float(fc["extrapolation"].max()),
-                        tau_median=float(fc["discrepancy_tau"].median()))
+                        tau_median=float(fc["discrepancy_tau"].median()),
+                        shift_median=float(fc["discrepancy_shift"].median()))
         if not ok.any():
             out.append(({**meta, "status": "failed",
                          "reason": "every predictive draw is non-finite"}, None))
@@ -641,6 +642,39 @@ def fig_pit(rows: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
+def one_sided(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per unit and variant: the share of held-out rows above the predictive median (PIT > 1/2)
+    and the median ``|PIT - 1/2|``. A share near 0 or 1 says the unit's errors are systematic
+    (every row off the same way), which a symmetric widening cannot centre."""
+    unit = ["dataset", "split", "law", "variant"]
+    g = rows.assign(above=rows["pit"] > 0.5, dev=(rows["pit"] - 0.5).abs()).groupby(unit,
+                                                                                   sort=False)
+    return g.agg(rows=("pit", "size"), above=("above", "mean"), dev=("dev", "median")).reset_index()
+
+
+def fig_pit_units(rows: pd.DataFrame, path: Path) -> None:
+    """PIT of every held-out row, one strip per unit (sorted by its mean PIT), per variant: a
+    unit whose points sit all left or all right of 1/2 is off the same way on every row."""
+    variants = list(dict.fromkeys(rows["variant"]))
+    keys = ["dataset", "split", "law"]
+    order = (rows[rows["variant"] == variants[0]].groupby(keys)["pit"].mean().sort_values().index)
+    fig, axes = plt.subplots(1, len(variants), figsize=(5.5 * len(variants),
+                                                        1.5 + 0.16 * len(order)), squeeze=False)
+    for ax, v in zip(axes[0], variants):
+        rv = rows[rows["variant"] == v].set_index(keys)
+        for i, k in enumerate(order):
+            pit = rv.loc[[k], "pit"].to_numpy() if k in rv.index else np.array([])
+            ax.plot(pit, np.full(pit.size, i), "|", color="#4C72B0", ms=6, alpha=0.6)
+        ax.axvline(0.5, color="black", lw=0.8, ls=":")
+        ax.axvspan(0.25, 0.75, color="grey", alpha=0.12)
+        ax.set_yticks(range(len(order)))
+        ax.set_yticklabels([f"{d} | {s} | {law}"[:48] for d, s, law in order], fontsize=6)
+        ax.set(xlim=(0, 1), xlabel="PIT (shaded: inside the central 50% interval)", title=v)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def _pct(x) -> str:
     return "—" if x is None or not np.isfinite(x) else f"{100 * x:.0f}%"
 
@@ -734,6 +768,22 @@ def summarise(units, variants, method, command, seconds=None) -> str:
                   score_table(pooled(both, "dataset").sort_values(["dataset", "variant"],
                                                                   kind="stable"),
                               ["dataset", "variant"]), ""]
+    if len(rows):
+        shown = both if len(both) else rows
+        side = one_sided(shown)
+        lines += ["## Are the errors systematic?", "",
+                  ("Per unit, the share of its held-out rows above the predictive median (PIT > "
+                   "1/2); `pit_units.png` shows every row's PIT per unit. A share of at most 10% "
+                   "or at least 90% means the unit's rows are all off the same way: a symmetric "
+                   "interval then covers all of them or none, at each level."), ""]
+        for v, g in side.groupby("variant", sort=False):
+            n_side = int(((g["above"] <= 0.1) | (g["above"] >= 0.9)).sum())
+            w = g["rows"].to_numpy(float)
+            lines.append(f"- `{v}`: {n_side} of {len(g)} units one-sided; rows above the median "
+                         f"{np.average(g['above'], weights=w):.0%} pooled; median |PIT - 1/2| "
+                         f"{np.median(np.abs(shown.loc[shown['variant'] == v, 'pit'] - 0.5)):.2f}"
+                         " (0.25 when calibrated)")
+        lines.append("")
     lines += ["## Per dataset, split and law", ""]
     ok = meta[meta["status"] == "ok"].copy()
     lines += [score_table(ok, ["dataset", "split", "law", "variant"]), ""]
@@ -752,6 +802,7 @@ def summarise(units, variants, method, command, seconds=None) -> str:
         shown = both if len(both) else rows
         fig_calibration(shown, OUT / "calibration.png")
         fig_pit(shown, OUT / "pit.png")
+        fig_pit_units(shown, OUT / "pit_units.png")
     text = "\n".join(lines)
     (OUT / "summary.md").write_text(text)
     return text
@@ -784,8 +835,8 @@ def main(argv=None) -> int:
         units = [u for u in units if u.dataset.split("/")[0] in a.only]
     if not a.summary:
         run(units, variants, method, executor)
-    command = ("nice -n 10 python analyses/forecast_honesty.py --executor local --workers 2"
-               + " --quick" * a.quick + " --nuts" * a.nuts)
+    command = (f"nice -n 10 python analyses/forecast_honesty.py --executor {a.executor} "
+               f"--workers {a.workers}" + " --quick" * a.quick + " --nuts" * a.nuts)
     print(summarise(units, variants, method, command,
                     None if a.summary else time.time() - t0))
     return 0

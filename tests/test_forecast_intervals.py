@@ -77,8 +77,8 @@ def test_inside_the_range_intervals_are_todays(right):
     assert 0.7 <= cover.mean() <= 1.0  # the fitted posterior alone (Laplace, 40 rows)
 
 
-def test_sharp_and_calibrated_where_the_law_is_right(right):
-    cover, ratio = [], []
+def test_calibrated_where_the_law_is_right(right):
+    cover, ratio, shift = [], [], []
     for post, _, beyond in right:
         auto, off = post.forecast(beyond), post.forecast(beyond, discrepancy=0)
         assert (auto["extrapolation"] > 0).all() and auto["extrapolated"].all()
@@ -86,11 +86,15 @@ def test_sharp_and_calibrated_where_the_law_is_right(right):
         assert auto["discrepancy_basis"].str.startswith("rehearsal on").all()
         cover.append(covers(auto, beyond))
         ratio.append(((auto["upper"] - auto["lower"]) / (off["upper"] - off["lower"])).mean())
+        shift.append(auto["discrepancy_shift"].abs().max())
     cover = np.concatenate(cover)
-    assert cover.mean() >= 0.8, cover.mean()
-    # widened, but not blown up: the law is right, so the rehearsal finds little to add
-    # (1.76 and 1.58 on these two tables; 1.29 over the 20 replicates of the simulated benchmark)
-    assert 1.0 < np.mean(ratio) < 1.9, ratio
+    assert cover.mean() >= 0.85, cover.mean()
+    # the law is right: the systematic part the rehearsal finds stays within a few noise sds
+    # (at most 0.039 and 0.012 in log loss on these two tables, noise sd 0.01)
+    assert max(shift) < 5 * SIGMA, shift
+    # widened: 2.23 and 3.05 on these two tables, 1.93 over the 20 replicates of the simulated
+    # benchmark (docs/forecasting.md: the price of recovering the wrong law's error)
+    assert 1.0 < np.mean(ratio) < 3.5, ratio
 
 
 def test_distance_and_flag_columns(right):
@@ -120,16 +124,20 @@ def test_inside_the_box_but_beyond_the_fitted_tokens_per_parameter(right):
 
 
 def test_recovers_where_the_law_is_wrong():
-    off_cover, auto_cover = [], []
+    cover = {(k, lv): [] for k in ("off", "auto") for lv in (0.5, 0.9)}
     for seed in range(2):
         rng = np.random.default_rng(seed)
         post = fit(noisy(TRAIN, curved, rng), seed)
         noisy(INSIDE, curved, rng)  # the same noise draws as the replicates of the right law
         beyond = noisy(BEYOND, curved, rng)
-        off_cover.append(covers(post.forecast(beyond, discrepancy="off"), beyond))
-        auto_cover.append(covers(post.forecast(beyond), beyond))
-    assert np.concatenate(off_cover).mean() < 0.5
-    assert np.concatenate(auto_cover).mean() >= 0.8
+        for lv in (0.5, 0.9):
+            cover["off", lv].append(covers(post.forecast(beyond, lv, discrepancy="off"), beyond))
+            cover["auto", lv].append(covers(post.forecast(beyond, lv), beyond))
+    cover = {k: np.concatenate(v).mean() for k, v in cover.items()}
+    assert cover["off", 0.9] < 0.5 and cover["off", 0.5] < 0.25, cover
+    # 90%: 0.94 and 1.00 on the two tables (0.89 over 20 replicates); 50%: 0.12 and 0.94
+    assert cover["auto", 0.9] >= 0.9, cover
+    assert cover["auto", 0.5] >= cover["off", 0.5] + 0.2, cover
 
 
 def test_save_and_load_keep_the_cached_discrepancy(right, tmp_path):
@@ -149,6 +157,13 @@ def test_save_and_load_keep_the_cached_discrepancy(right, tmp_path):
         assert g["n_rows"] == grid[sig]["n_rows"]
         mean_tau = np.dot(g["w"], g["tau"])
         np.testing.assert_allclose(mean_tau, np.dot(grid[sig]["w"], grid[sig]["tau"]), rtol=0.2)
+        mean_mu = np.dot(g["w"], g["mu"])
+        np.testing.assert_allclose(mean_mu, np.dot(grid[sig]["w"], grid[sig]["mu"]), atol=0.01)
+    # a grid saved by a version without the systematic part is recomputed, not misread
+    loaded.settings["discrepancy_grid"] = {sig: {k: v for k, v in g.items() if k != "mu"}
+                                           for sig, g in rebuilt.items()}
+    loaded.forecast(beyond)
+    assert all("mu" in g for g in loaded.settings["discrepancy_grid"].values())
 
 
 def test_unconverged_posterior_raises_unless_allowed():

@@ -3,17 +3,21 @@ the leave-future-out rehearsal on the training table, and the posterior of the d
 
 The model of a forecast row ``x`` (docs/forecasting.md)::
 
-    log L = log f(theta, x) + noise + delta,     delta ~ N(0, (tau d(x)^p)^2)
+    log L = log f(theta, x) + noise + delta,     delta = (mu + tau z) d(x)^p,   z ~ N(0, 1)
 
 ``d(x)`` is the extrapolation distance (:func:`extrapolation`; 0 inside the fitted range, so rows
-inside it keep the fitted-noise-only intervals). ``tau`` and ``p`` are estimated from the training
-table alone: for every axis and side a query leaves the fitted range on, the table is cut at 60, 75
-and 85% of that axis' log range, the inner rows are fitted (same law, priors, likelihood and fixed
-values; Laplace) and the held-out outer rows give log residuals ``r`` (observed minus predictive
-median), predictive variances ``v0`` (parameter uncertainty and noise) and distances ``d``. With
-``r ~ N(0, v0 + tau^2 d^(2p))`` and a half-normal prior on ``tau`` (scale :data:`TAU_SCALE`),
-the posterior of ``(p, tau)`` is computed on a grid (:data:`POWERS` x :data:`TAU_GRID`); a
-forecast draws one ``(p, tau)`` per posterior draw from it, a scale mixture of normals.
+inside it keep the fitted-noise-only intervals). ``mu`` is the discrepancy's systematic part (every
+row extrapolating along one signature is off the same way), ``tau`` its row-to-row spread. Both
+are estimated from the training table alone: for every axis and side a query leaves the fitted
+range on, the table is cut at 60, 75 and 85% of that axis' log range, the inner rows are fitted
+(same law, priors, likelihood and fixed values; Laplace) and the held-out outer rows give log
+residuals ``r`` (observed minus predictive median), predictive variances ``v0`` (parameter
+uncertainty and noise), distances ``d`` and the width ``q`` of the inner table as a fraction of the
+full one. With ``r ~ N(mu g, v0 + tau^2 g^2)``, ``g = d^p q^a`` (a narrower table extrapolates
+with a discrepancy smaller by ``q^a``; ``a`` in :data:`WIDTH_POWERS`), ``mu ~ N(0, MU_SCALE^2)``
+integrated out in closed form and a half-normal prior on ``tau`` (scale :data:`TAU_SCALE`), the
+posterior of ``(p, a, tau)`` is computed on a grid and that of ``mu`` given them is normal; a
+forecast draws ``(p, tau, mu)`` per posterior draw from it (docs/forecasting.md).
 """
 from __future__ import annotations
 
@@ -31,9 +35,10 @@ from .modes import find_modes
 from .predictive import ParamDraws
 from .spec import data_pytree, make_spec
 
-__all__ = ["CUTS", "POWERS", "TAU_GRID", "TAU_SCALE", "directions", "extrapolation",
-           "fitted_table", "input_columns", "rehearsal_rows", "rehearsal_spec", "sample_scales",
-           "signature_grid", "tau_posterior"]
+__all__ = ["CUTS", "INTERVAL_VERSION", "MU_SCALE", "POWERS", "TAU_GRID", "TAU_SCALE",
+           "WIDTH_POWERS", "directions", "extrapolation",
+           "fitted_table", "input_columns", "rehearsal_rows", "rehearsal_spec",
+           "sample_discrepancy", "signature_grid", "tau_posterior"]
 
 #: Cut points of a rehearsal: the rows beyond these fractions of an axis' log range are held out.
 CUTS = (0.6, 0.75, 0.85)
@@ -42,6 +47,15 @@ POWERS = (0.5, 1.0)
 #: Scale of the half-normal prior on ``tau``: the sd of the log-loss error one fitted width
 #: beyond the data; 95% prior mass below 0.2 (a factor ``exp(0.4)`` at two sd).
 TAU_SCALE = 0.1
+#: Scale of the normal prior on ``mu``, the systematic part of the discrepancy one fitted width
+#: beyond the data (the same meaning as :data:`TAU_SCALE`).
+MU_SCALE = 0.1
+#: Exponents ``a`` of the width ratio ``q`` of a rehearsal's inner table (uniform prior): ``0``, the
+#: discrepancy depends on the distance in fitted widths only; ``2``, the rate of a quadratic term
+#: the law lacks (its error beyond a table of width ``w`` grows like ``w^2``).
+WIDTH_POWERS = (0.0, 1.0, 2.0)
+#: Version of the interval method (analysis caches of forecasts are keyed on it).
+INTERVAL_VERSION = "shift-width-1"
 #: The grid the posterior of ``tau`` is computed on.
 TAU_GRID = np.linspace(0.0, 2.0, 801)
 REHEARSAL_DRAWS = 400
@@ -196,11 +210,12 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
     inner rows with 2 distinct values of ``t``, and at least one outer row, the inner rows are
     fitted with the posterior's law, priors, likelihood and fixed values by Laplace (from the
     posterior's own modes), and each outer row gives its log residual ``r`` (observed minus
-    predictive median), predictive variance ``v0`` and distance ``d`` from the inner table.
+    predictive median), predictive variance ``v0``, distance ``d`` from the inner table and the
+    inner table's width along the direction as a fraction ``q`` of the full table's.
 
     Returns:
         one row per (cut, held-out row): ``row`` (index in the table), ``cut``, ``r``, ``v0``,
-        ``d``. Empty when no cut is possible.
+        ``d``, ``q``. Empty when no cut is possible.
     """
     table = fitted_table(post) if table is None else table
     spec, _ = rehearsal_spec(post)
@@ -224,57 +239,81 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
         d, _ = extrapolation(train, test, columns)
         r = np.log(np.asarray(test["loss"], float)) - np.nanmedian(y, 0)
         out.append(pd.DataFrame({"row": np.flatnonzero(~inner), "cut": q, "r": r,
-                                 "v0": np.nanvar(y, 0), "d": d}))
-    empty = pd.DataFrame({c: np.array([], float) for c in ("row", "cut", "r", "v0", "d")})
+                                 "v0": np.nanvar(y, 0), "d": d,
+                                 "q": (t[inner].max() - lo) / (hi - lo)}))
+    empty = pd.DataFrame({c: np.array([], float) for c in ("row", "cut", "r", "v0", "d", "q")})
     return pd.concat(out, ignore_index=True) if out else empty
 
 
 def tau_posterior(rows: pd.DataFrame) -> dict:
-    """The grid posterior of ``(p, tau)`` from rehearsal rows (``r``, ``v0``, ``d``, ``row``).
+    """The grid posterior of the discrepancy ``(p, a, tau)`` and of ``mu`` given them, from
+    rehearsal rows (``r``, ``v0``, ``d``, ``row`` and the inner width ratio ``q``, 1 if absent).
 
-    Log posterior: ``sum_i w_i log N(r_i; 0, v0_i + tau^2 d_i^(2p)) - tau^2 / (2 TAU_SCALE^2)``,
-    ``p`` uniform over :data:`POWERS`. A training row held out by several nested cuts enters with
-    weight ``w_i = 1 / (times it is held out)``, so each row counts once in all. With no rows, the
-    prior. Returns ``{"p": [...], "tau": [...], "w": [...]}`` over the grid points of non-negligible
-    weight (JSON-serialisable), plus ``n_rows`` (distinct training rows used).
+    With ``g_i = d_i^p q_i^a`` and ``V_i = v0_i + tau^2 g_i^2``, the rows are
+    ``r_i ~ N(mu g_i, V_i)``; ``mu ~ N(0, MU_SCALE^2)`` is integrated out in closed form (a normal
+    mean with known variances; Gelman et al. 2013, *Bayesian Data Analysis*, Section 2.5): with
+    ``A = sum_i w_i g_i^2 / V_i`` and ``B = sum_i w_i g_i r_i / V_i``,
+    ``mu | p, a, tau ~ N(B v_mu, v_mu)``, ``v_mu = 1 / (1 / MU_SCALE^2 + A)``, and the log marginal
+    likelihood is ``sum_i w_i log N(r_i; 0, V_i) + B^2 v_mu / 2 + log(sqrt(v_mu) / MU_SCALE)``.
+    Prior: ``p`` uniform over :data:`POWERS`, ``a`` over :data:`WIDTH_POWERS`, ``tau`` half-normal
+    of scale :data:`TAU_SCALE`. A training row held out by several nested cuts enters with weight
+    ``w_i = 1 / (times it is held out)``, so each row counts once in all. With no rows, the prior.
+
+    Returns:
+        ``{"p", "tau", "mu", "mu_sd", "w"}``: lists over the grid points of non-negligible weight
+        (``mu``, ``mu_sd``: the normal posterior of ``mu`` at that point; JSON-serialisable), and
+        ``n_rows`` (distinct training rows used).
     """
     rows = rows.astype({k: float for k in ("r", "v0", "d")})  # an empty part may be untyped
     rows = rows[np.isfinite(rows["r"]) & np.isfinite(rows["v0"])]
-    w = 1.0 / rows.groupby("row")["row"].transform("count").to_numpy(float) if len(rows) else []
-    r2, v0, d = (rows[k].to_numpy(float) for k in ("r", "v0", "d")) if len(rows) else ([],) * 3
-    r2 = np.asarray(r2) ** 2
-    logp, ps, taus = [], [], []
+    n = len(rows)
+    w = 1.0 / rows.groupby("row")["row"].transform("count").to_numpy(float) if n else np.zeros(0)
+    r, v0, d = (rows[k].to_numpy(float) for k in ("r", "v0", "d"))
+    q = rows["q"].to_numpy(float) if "q" in rows else np.ones(n)
+    tau = TAU_GRID[:, None]
+    logp, ps, taus, mus, sds = [], [], [], [], []
     for p in POWERS:
-        s2 = (TAU_GRID[:, None] * np.asarray(d)[None, :] ** p) ** 2
-        var = np.asarray(v0)[None, :] + s2
-        ll = np.sum(np.asarray(w) * (-0.5 * np.log(var) - 0.5 * r2 / var), 1) if len(rows) else 0.0
-        logp.append(ll - 0.5 * (TAU_GRID / TAU_SCALE) ** 2)
-        ps.append(np.full(TAU_GRID.size, p))
-        taus.append(TAU_GRID)
-    logp, ps, taus = np.concatenate(logp), np.concatenate(ps), np.concatenate(taus)
+        for a in WIDTH_POWERS:
+            g = d**p * q**a
+            var = v0 + (tau * g) ** 2
+            ll = np.sum(w * (-0.5 * np.log(var) - 0.5 * r**2 / var), 1)
+            s2 = 1.0 / (1.0 / MU_SCALE**2 + np.sum(w * g**2 / var, 1))
+            b = np.sum(w * g * r / var, 1)
+            logp.append(ll + 0.5 * b**2 * s2 + 0.5 * np.log(s2 / MU_SCALE**2)
+                        - 0.5 * (TAU_GRID / TAU_SCALE) ** 2)
+            ps.append(np.full(TAU_GRID.size, p))
+            taus.append(TAU_GRID)
+            mus.append(b * s2)
+            sds.append(np.sqrt(s2))
+    logp, ps, taus, mus, sds = map(np.concatenate, (logp, ps, taus, mus, sds))
     wt = np.exp(logp - logp.max())
-    wt /= wt.sum()
-    keep = wt > 1e-9
+    keep = wt > 1e-9 * wt.sum()
     wt = wt[keep] / wt[keep].sum()
-    return {"p": ps[keep].tolist(), "tau": taus[keep].tolist(), "w": wt.tolist(),
-            "n_rows": int(rows["row"].nunique()) if len(rows) else 0}
+    return {"p": ps[keep].tolist(), "tau": taus[keep].tolist(), "mu": mus[keep].tolist(),
+            "mu_sd": sds[keep].tolist(), "w": wt.tolist(),
+            "n_rows": int(rows["row"].nunique()) if n else 0}
 
 
-def sample_scales(grid: dict, d: np.ndarray, n_draws: int, rng) -> tuple[np.ndarray, np.ndarray]:
-    """``(S, n)`` discrepancy scales ``tau_s d^p_s`` for rows at distances ``d``, one ``(p, tau)``
-    per draw from the grid posterior, and the ``(S,)`` taus drawn."""
+def sample_discrepancy(grid: dict, d: np.ndarray, n_draws: int, rng):
+    """``(loc, scale, tau)``: per draw and row (``(S, n)``) the mean ``mu_s d^p_s`` and sd
+    ``tau_s d^p_s`` of the discrepancy ``delta`` of rows at distances ``d``, one ``(p, tau)`` per
+    draw from the grid posterior and ``mu_s`` from its normal posterior there; and the ``(S,)``
+    taus drawn."""
     i = rng.choice(len(grid["w"]), size=n_draws, p=np.asarray(grid["w"]))
     tau, p = np.asarray(grid["tau"])[i], np.asarray(grid["p"])[i]
-    return tau[:, None] * np.asarray(d)[None, :] ** p[:, None], tau
+    mu = np.asarray(grid["mu"])[i] + np.asarray(grid["mu_sd"])[i] * rng.standard_normal(n_draws)
+    dp = np.asarray(d)[None, :] ** p[:, None]
+    return mu[:, None] * dp, tau[:, None] * dp, tau
 
 
 def signature_grid(post, signature: str) -> dict:
-    """The grid posterior of ``(p, tau)`` for rows leaving the fitted range along ``signature``
-    (:func:`extrapolation`): rehearsal rows pooled over its directions, cached in
-    ``post.settings["discrepancy_grid"]`` (saved with the posterior). ``basis`` says what it rests
-    on (the rehearsal's rows, or the prior alone when no cut was possible)."""
+    """The grid posterior of the discrepancy (:func:`tau_posterior`) for rows leaving the fitted
+    range along ``signature`` (:func:`extrapolation`): rehearsal rows pooled over its directions,
+    cached in ``post.settings["discrepancy_grid"]`` (saved with the posterior; a grid saved without
+    ``mu`` is recomputed). ``basis`` says what it rests on (the rehearsal's rows, or the prior
+    alone when no cut was possible)."""
     cache = post.settings.setdefault("discrepancy_grid", {})
-    if signature not in cache:
+    if "mu" not in cache.get(signature, {}):  # absent, or cached by a version without mu
         table = fitted_table(post)
         parts = [rehearsal_rows(post, u, table) for u in directions(signature)]
         grid = tau_posterior(pd.concat(parts, ignore_index=True))

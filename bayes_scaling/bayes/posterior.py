@@ -13,8 +13,13 @@ import pandas as pd
 from .. import data as _data
 from ..errors import BayesScalingError, ConvergenceError, ConvergenceWarning
 from ..laws import Law
-from .intervals import (extrapolation, fitted_table, input_columns,
-                        sample_scales, signature_grid)
+from .intervals import (
+    extrapolation,
+    fitted_table,
+    input_columns,
+    sample_discrepancy,
+    signature_grid,
+)
 from .predictive import observation_draws
 from .spec import Spec
 
@@ -127,9 +132,10 @@ class Posterior:
         range (:mod:`~bayes_scaling.bayes.intervals`, docs/forecasting.md):
 
         - ``discrepancy="auto"`` (default, unless ``settings["discrepancy"]`` says otherwise):
-          ``delta ~ N(0, (tau_s d^p_s)^2)`` with ``d`` the :func:`extrapolation_distance` and
-          ``(p_s, tau_s)`` drawn per posterior draw from their posterior given a leave-future-out
-          rehearsal on the training table (computed when first needed, cached in ``settings``);
+          ``delta ~ N(mu_s d^p_s, (tau_s d^p_s)^2)`` with ``d`` the
+          :func:`extrapolation_distance` and ``(p_s, tau_s, mu_s)`` drawn per posterior draw from
+          their posterior given a leave-future-out rehearsal on the training table (computed when
+          first needed, cached in ``settings``);
         - a number ``tau``: ``delta ~ N(0, (tau d)^2)``;
         - ``0`` or ``"off"``: no discrepancy (the fitted noise only).
 
@@ -151,15 +157,16 @@ class Posterior:
         if kind == "predictive":
             out = observation_draws(out, sigma, self.settings["likelihood"], k_noise,
                                     c=self.settings["c"], student_df=self.settings["student_df"])
-        scale, info = self._discrepancy_scale(df, discrepancy, out.shape[0], seed)
+        loc, scale, info = self._discrepancy(df, discrepancy, out.shape[0], seed)
         if scale is not None:
             z = np.asarray(jax.random.normal(k_disc, out.shape))
-            out = out * np.exp(scale * z)
+            out = out * np.exp(loc + scale * z)
         return out, info
 
-    def _discrepancy_scale(self, df, discrepancy, n_draws, seed):
-        """``(S, n)`` scales of the discrepancy term (``None`` when none applies) and the per-row
-        ``extrapolation``, ``extrapolated``, ``discrepancy_tau`` and ``discrepancy_basis``."""
+    def _discrepancy(self, df, discrepancy, n_draws, seed):
+        """``(S, n)`` means and sds of the discrepancy term (``None, None`` when none applies) and
+        the per-row ``extrapolation``, ``extrapolated``, ``discrepancy_tau``,
+        ``discrepancy_shift`` and ``discrepancy_basis``."""
         mode = self.settings.get("discrepancy", "auto") if discrepancy is None else discrepancy
         if not isinstance(df, pd.DataFrame):
             df = pd.DataFrame(df)
@@ -170,24 +177,25 @@ class Posterior:
             d, sigs = extrapolation(fitted_table(self), df, input_columns(self.law))
         else:
             d = extrapolation_distance(self, df)
-        info = pd.DataFrame({"extrapolation": d, "extrapolated": d > 0,
-                             "discrepancy_tau": 0.0, "discrepancy_basis": ""})
+        info = pd.DataFrame({"extrapolation": d, "extrapolated": d > 0, "discrepancy_tau": 0.0,
+                             "discrepancy_shift": 0.0, "discrepancy_basis": ""})
         if mode == "off" or not mode or not (d > 0).any():
-            return None, info
+            return None, None, info
         if mode != "auto":
             if mode < 0:
                 raise BayesScalingError(f"a fixed discrepancy tau must be >= 0, got {mode}")
             info.loc[d > 0, ["discrepancy_tau", "discrepancy_basis"]] = [float(mode), "fixed tau"]
-            return np.broadcast_to(mode * d, (n_draws, len(d))), info
-        scale = np.zeros((n_draws, len(d)))
+            return 0.0, np.broadcast_to(mode * d, (n_draws, len(d))), info
+        loc, scale = np.zeros((n_draws, len(d))), np.zeros((n_draws, len(d)))
         rng = np.random.default_rng(seed)
         for sig in sorted(set(sigs) - {""}):
             rows = np.flatnonzero(sigs == sig)
             grid = signature_grid(self, sig)
-            scale[:, rows], tau = sample_scales(grid, d[rows], n_draws, rng)
+            loc[:, rows], scale[:, rows], tau = sample_discrepancy(grid, d[rows], n_draws, rng)
             info.loc[rows, "discrepancy_tau"] = float(np.median(tau))
+            info.loc[rows, "discrepancy_shift"] = np.median(loc[:, rows], 0)
             info.loc[rows, "discrepancy_basis"] = grid["basis"]
-        return scale, info
+        return loc, scale, info
 
     def forecast(self, new_df, interval=0.9, kind="predictive", *, seed=0, discrepancy=None,
                  allow_unconverged=False) -> pd.DataFrame:
@@ -199,7 +207,9 @@ class Posterior:
         that of a new measured loss. The draws are :meth:`predict_draws` (``discrepancy`` and
         ``allow_unconverged`` as there). Further columns: ``extrapolation`` (the distance ``d``),
         ``extrapolated`` (``d > 0``), ``discrepancy_tau`` (median ``tau`` of the row's draws),
-        ``discrepancy_basis`` (what that ``tau`` rests on) and ``posterior_status``.
+        ``discrepancy_shift`` (median systematic part ``mu d^p`` of the row's log discrepancy: the
+        forecast median lies ``exp(shift)`` times the law's), ``discrepancy_basis`` (what they rest
+        on) and ``posterior_status``.
         """
         if not 0 < interval < 1:
             raise BayesScalingError(f"interval must be in (0, 1), got {interval}")
