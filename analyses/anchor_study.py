@@ -20,8 +20,10 @@ the queries (MAE_rel of the posterior median; coverage of the 90% predictive int
   reported: ``ours-gain``, the same criterion ranked by value alone (``greedy="gain"``);
 - ours-refit: ``bs.anchors.select(criterion="refit")``, the expected error at the queries of the
   law refitted on the PTPP-{15, 31} rows plus the anchors, with a model discrepancy the refit
-  does not model (``greedy="auto"``); ``ours-refit-gain`` with ``greedy="gain"``;
-  ``ours-refit-sd<k>x`` (``--refit-sd-scales``) with the discrepancy's sd scaled by k.
+  does not model, by default the base posterior's own extrapolation discrepancy (the rehearsed
+  ``tau d^p`` of its forecasts; ``greedy="auto"``); ``ours-refit-gain`` with ``greedy="gain"``;
+  ``ours-refit-sd<k>x`` (``--refit-sd-scales``) with a stationary discrepancy sd of k times the
+  likelihood's noise sd instead (``sd1x``: the default before the rehearsed one).
 
 The selections read the base posterior (NUTS by default, cached in ``base_posterior_<kind>.nc``
 beside the outputs and reused while the rows, the settings and the model code are unchanged;
@@ -230,11 +232,14 @@ def main(argv=None):
             warnings.simplefilter("ignore", RuntimeWarning)  # overflowing draws: left out whole
             return select(base, cands, cost=flops, budget=b, queries=queries, **crits[strategy])
 
-    s_d = choose("ours-refit", budgets[0]).attrs["discrepancy"]
-    check += f"; the refit criterion's discrepancy sd s_d = {s_d:.3g} (log loss)"
+    a = choose("ours-refit", budgets[0]).attrs
+    s_noise = float(np.sqrt(a["noise_var"]))
+    check += (f"; the refit criterion's discrepancy: {a['discrepancy']}, rms sd at the queries "
+              f"{a['discrepancy_sd_queries']:.3g} (log loss; {a['discrepancy_basis']}); noise sd "
+              f"{s_noise:.3g}")
     for k in (float(x) for x in args.refit_sd_scales.split(",") if x):
         crits[f"ours-refit-sd{k:g}x"] = {"criterion": "refit", "observed": train,
-                                        "discrepancy": k * s_d}
+                                        "discrepancy": k * s_noise}
 
     pd.concat([choose(k, max(budgets)).assign(strategy=k) for k in ("ours", "ours-refit")]).to_csv(
         out / "selection_order.csv", index=False)
