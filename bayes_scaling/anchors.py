@@ -98,10 +98,10 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
       expected squared error at the queries of the law *refitted* to the posterior's own rows
       (``observed``) plus A, when the truth is the law plus a discrepancy ``delta`` that the
       refit does not model, with covariance ``E[s_i s_j] k_ij``: ``k`` a kernel over the
-      standardised log inputs and ``s_i`` the row's discrepancy sd, by default the posterior's
-      own extrapolation discrepancy ``tau d_i^p`` that its forecasts use (0 inside the fitted
-      range; docs/design.md, "the refit's error from a fitted posterior's draws"). Linearised
-      in the draws' joint
+      standardised log inputs and ``s_i`` the row's discrepancy sd, stationary by default, or
+      the posterior's own extrapolation discrepancy ``tau d_i^p`` that its forecasts use
+      (``discrepancy="rehearsal"``; docs/design.md, "the refit's error from a fitted posterior's
+      draws"). Linearised in the draws' joint
       covariance ``C`` of the log law values over queries, candidates and observed rows: after
       conditioning ``C`` on A, the refit's weights on the observed rows O are ``g_j = C_Oj / s^2``
       and
@@ -152,13 +152,14 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
         greedy: ``"auto"``, ``"ratio"`` or ``"gain"`` (see above).
         observed: the rows the posterior was fitted on (``criterion="refit"`` only, required
             there: the refit leans on them too).
-        discrepancy: ``criterion="refit"`` only. Default: for a ``Posterior`` fitted on a
-            table, its extrapolation discrepancy at the queries, candidates and observed rows
-            (the rehearsed ``(p, tau)`` of ``Posterior.forecast``, computed when first needed
-            and cached in the posterior's settings); for draws without a table, a stationary sd
-            ``max(s, 0.1 sd)`` of the posterior mean log loss over ``observed``, as
-            ``bs.design``'s posterior. A number ``s_d``: a stationary prior sd of the law's
-            misfit in log loss at every row. The kernel's length is 1 in log inputs
+        discrepancy: ``criterion="refit"`` only. A number ``s_d``: a stationary prior sd of
+            the law's misfit in log loss at every row; default ``max(s, 0.1 sd)`` of the
+            posterior mean log loss over ``observed``, as ``bs.design``'s posterior (on
+            ``bible_ptpp`` it beats ``"rehearsal"`` at 0.25-1x the paper's budget;
+            docs/design.md). ``"rehearsal"`` (a ``Posterior`` fitted on a table): its
+            extrapolation discrepancy at the queries, candidates and observed rows, the
+            rehearsed ``(p, tau)`` of ``Posterior.forecast``, computed when first needed and
+            cached in the posterior's settings. The kernel's length is 1 in log inputs
             standardised over the observed rows and the candidates. ``df.attrs`` holds
             ``discrepancy`` (``"rehearsal"`` or ``s_d``), ``discrepancy_sd_queries`` (root mean
             square sd at the queries) and ``discrepancy_basis``.
@@ -281,21 +282,28 @@ def _discrepancy_moments(posterior, tables, values, noise_var: float, discrepanc
     """``(M, info)``: the second moments ``M_ij = E[s_i s_j]`` of the discrepancy's sd ``s`` over
     the rows of ``tables`` (queries, candidates, observed), and what they rest on.
 
-    ``discrepancy=None`` with a :class:`~bayes_scaling.bayes.posterior.Posterior` that knows its
-    fitted table: the posterior's own extrapolation discrepancy, the one its forecasts use
+    ``discrepancy="rehearsal"`` (a :class:`~bayes_scaling.bayes.posterior.Posterior` that knows
+    its fitted table): the posterior's own extrapolation discrepancy, the one its forecasts use
     (docs/forecasting.md): ``s_i = tau d_i^p`` with ``d_i`` the row's extrapolation distance
     (0 inside the fitted range) and ``(p, tau)`` from the grid posterior of the leave-future-out
     rehearsal along the row's signature (``settings["discrepancy"]`` a number ``tau``:
     ``s_i = tau d_i``; ``"off"``: ``s = 0``). Rows of one signature share ``(p, tau)``, so
     ``M_ij = sum_g w_g tau_g^2 d_i^p_g d_j^p_g``; signatures are rehearsed apart, so across two
-    of them ``M_ij = E[s_i] E[s_j]``. Otherwise (draws without a table, or a number ``s_d``): a
-    stationary sd, ``M = s_d^2``, by default ``max(s, 0.1 sd)`` of the posterior mean log loss
-    over the observed rows, as ``bs.design``'s posterior."""
-    if discrepancy is None and isinstance(posterior, Posterior) and len(fitted_table(posterior)):
+    of them ``M_ij = E[s_i] E[s_j]``. Otherwise a stationary sd, ``M = s_d^2``: the number given,
+    by default ``max(s, 0.1 sd)`` of the posterior mean log loss over the observed rows, as
+    ``bs.design``'s posterior."""
+    if isinstance(discrepancy, str):
+        if discrepancy != "rehearsal":
+            raise BayesScalingError(f"discrepancy must be None, 'rehearsal' or a non-negative sd, "
+                                    f"got {discrepancy!r}")
+        if not (isinstance(posterior, Posterior) and len(fitted_table(posterior))):
+            raise BayesScalingError("discrepancy='rehearsal' needs a Posterior fitted on a table "
+                                    "(bs.fit_posterior): these draws carry no rehearsal; pass "
+                                    "discrepancy=<sd of the misfit in log loss> instead")
         return _rehearsed_moments(posterior, tables)
     if discrepancy is None:
         s_d = max(np.sqrt(noise_var), DISC_REL * float(np.std(values[2].mean(0))))
-        basis = "stationary: max(noise sd, 0.1 sd of the fitted log loss) (no fitted table)"
+        basis = "stationary: max(noise sd, 0.1 sd of the fitted log loss)"
     else:
         s_d = float(discrepancy)
         if not (np.isfinite(s_d) and s_d >= 0):

@@ -1,6 +1,6 @@
-"""``bs.anchors.select(criterion="refit")`` on a fitted ``Posterior``: by default the discrepancy
-the refit does not model is the posterior's own extrapolation discrepancy (the rehearsed
-``(p, tau)`` its forecasts use), so the runs it buys follow the rehearsal."""
+"""``bs.anchors.select(criterion="refit", discrepancy="rehearsal")`` on a fitted ``Posterior``:
+the discrepancy the refit does not model is the posterior's own extrapolation discrepancy (the
+rehearsed ``(p, tau)`` its forecasts use), so the runs it buys follow the rehearsal."""
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
@@ -9,6 +9,8 @@ import pytest
 import bayes_scaling as bs
 from bayes_scaling import anchors
 from bayes_scaling.bayes.intervals import extrapolation
+from bayes_scaling.bayes.predictive import as_draws
+from bayes_scaling.errors import BayesScalingError
 from bayes_scaling.laws import Law, Param
 
 LIN = Law("lin_rehearsed", (Param("a", -np.inf, np.inf, (0.0, 1.0)),
@@ -38,7 +40,11 @@ def rehearsed(post, grid):
 
 
 def pick(post, criterion="refit", **kw):
-    obs = {"observed": pd.DataFrame({"D": np.exp(LOG_D_OBS)})} if criterion == "refit" else {}
+    obs = {}
+    if criterion == "refit":
+        obs = {"observed": pd.DataFrame({"D": np.exp(LOG_D_OBS)}), "discrepancy": "rehearsal"}
+        obs.update(kw)
+        kw = {}
     return anchors.select(post, pd.DataFrame({"D": D_C, "c": COST}), budget=3.0, cost="c",
                           queries=pd.DataFrame({"D": D_Q}), criterion=criterion, noise=NOISE,
                           **obs, **kw)
@@ -59,7 +65,7 @@ def test_a_larger_rehearsed_discrepancy_buys_the_run_nearer_the_queries(post):
     assert sel.attrs["discrepancy_basis"] == "D+: set in the test"
 
 
-def test_the_default_discrepancy_is_the_rehearsed_mixture_at_the_queries(post):
+def test_the_rehearsed_discrepancy_is_the_mixture_at_the_queries(post):
     """Before any purchase the refit leans on the fitted rows only, where the discrepancy is 0
     (inside the fitted range), so the expected error at the queries is their posterior variance
     plus the mean of ``E[tau^2 d^(2p)]`` over the grid posterior: exact for a mixture grid."""
@@ -73,10 +79,11 @@ def test_the_default_discrepancy_is_the_rehearsed_mixture_at_the_queries(post):
     base = pick(post, "variance").attrs["initial"]
     assert sel.attrs["initial"] == pytest.approx(base + second.mean(), rel=1e-9)
     assert sel.attrs["discrepancy_sd_queries"] == pytest.approx(np.sqrt(second.mean()), rel=1e-9)
-    # a number overrides it with a stationary sd at every row, fitted rows included
+    # a number (or the default) is a stationary sd at every row, fitted rows included
     fixed = pick(post, discrepancy=0.3)
     assert fixed.attrs["discrepancy"] == 0.3
     assert fixed.attrs["initial"] != pytest.approx(sel.attrs["initial"], rel=1e-3)
+    assert pick(post, discrepancy=None).attrs["discrepancy"] == pytest.approx(NOISE)
 
 
 def test_a_posterior_with_its_discrepancy_off_scores_the_variance(post):
@@ -87,3 +94,10 @@ def test_a_posterior_with_its_discrepancy_off_scores_the_variance(post):
         del post.settings["discrepancy"]
     assert sel["candidate"].tolist() == var["candidate"].tolist()
     np.testing.assert_allclose(sel["criterion_after"], var["criterion_after"], rtol=1e-6)
+
+
+def test_a_rehearsal_needs_a_posterior_fitted_on_a_table(post):
+    with pytest.raises(BayesScalingError, match="rehearsal"):
+        pick(as_draws(post))
+    with pytest.raises(BayesScalingError, match="rehearsal"):
+        pick(post, discrepancy="forecast")
