@@ -22,6 +22,8 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from .bayes.intervals import extrapolation, fitted_table, input_columns, signature_grid
+from .bayes.posterior import Posterior, extrapolation_distance
 from .bayes.predictive import ParamDraws, as_draws, predict_draws
 from .design.acquisition import best_rule, greedy_importance, greedy_linear, greedy_refit
 from .design.posterior import DISC_REL, kernel, log_inputs
@@ -94,14 +96,17 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
       ``H(0) - H(A)`` is the expected information gain about the queries (nats). Linear method only.
     - ``criterion="refit"``: ``R(A) = sum_j w_j E[(f_hat_qj(A) - f_qj - delta_qj)^2]``, the
       expected squared error at the queries of the law *refitted* to the posterior's own rows
-      (``observed``) plus A, when the truth is the law plus a discrepancy ``delta ~ GP(0, s_d^2
-      k)`` over the standardised log inputs that the refit does not model (docs/design.md,
-      "the refit's error from a fitted posterior's draws"). Linearised in the draws' joint
+      (``observed``) plus A, when the truth is the law plus a discrepancy ``delta`` that the
+      refit does not model, with covariance ``E[s_i s_j] k_ij``: ``k`` a kernel over the
+      standardised log inputs and ``s_i`` the row's discrepancy sd, stationary by default, or
+      the posterior's own extrapolation discrepancy ``tau d_i^p`` that its forecasts use
+      (``discrepancy="rehearsal"``; docs/design.md, "the refit's error from a fitted posterior's
+      draws"). Linearised in the draws' joint
       covariance ``C`` of the log law values over queries, candidates and observed rows: after
       conditioning ``C`` on A, the refit's weights on the observed rows O are ``g_j = C_Oj / s^2``
       and
 
-          E_j = C_jj + s_d^2 (k_jj - 2 g_j' k_Oj + g_j' k_OO g_j),
+          E_j = C_jj + K_jj - 2 g_j' K_Oj + g_j' K_OO g_j,      K_ij = E[s_i s_j] k_ij,
 
       the posterior variance plus what the discrepancy of the runs the refit leans on costs at
       the queries (:func:`~bayes_scaling.design.acquisition.refit_error`). Without a discrepancy
@@ -147,10 +152,17 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
         greedy: ``"auto"``, ``"ratio"`` or ``"gain"`` (see above).
         observed: the rows the posterior was fitted on (``criterion="refit"`` only, required
             there: the refit leans on them too).
-        discrepancy: ``s_d``, the prior sd of the law's misfit in log loss (``criterion="refit"``
-            only; default ``max(s, 0.1 sd)`` of the posterior mean log loss over ``observed``,
-            as ``bs.design``'s posterior); the kernel's length is 1 in log inputs standardised
-            over the observed rows and the candidates.
+        discrepancy: ``criterion="refit"`` only. A number ``s_d``: a stationary prior sd of
+            the law's misfit in log loss at every row; default ``max(s, 0.1 sd)`` of the
+            posterior mean log loss over ``observed``, as ``bs.design``'s posterior (on
+            ``bible_ptpp`` it beats ``"rehearsal"`` at 0.25-1x the paper's budget;
+            docs/design.md). ``"rehearsal"`` (a ``Posterior`` fitted on a table): its
+            extrapolation discrepancy at the queries, candidates and observed rows, the
+            rehearsed ``(p, tau)`` of ``Posterior.forecast``, computed when first needed and
+            cached in the posterior's settings. The kernel's length is 1 in log inputs
+            standardised over the observed rows and the candidates. ``df.attrs`` holds
+            ``discrepancy`` (``"rehearsal"`` or ``s_d``), ``discrepancy_sd_queries`` (root mean
+            square sd at the queries) and ``discrepancy_basis``.
         n_sim, seed: pseudo-truths of the importance method.
         max_draws: thin :class:`ParamDraws` to at most this many draws.
 
@@ -220,9 +232,11 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
         raise BayesScalingError(f"query_weights must be {n_q} non-negative numbers")
 
     if criterion == "refit":
-        modes, K, obs, s_d = _refit_setup(draws.law if draws is not None else posterior.law,
-                                          (queries, candidates, observed), (Fq, Fc, Fo), w,
-                                          float(np.mean(s2)), discrepancy)
+        tables = (queries, candidates, observed)
+        M, disc = _discrepancy_moments(posterior, tables, (Fq, Fc, Fo), float(np.mean(s2)),
+                                       discrepancy)
+        modes, K, obs = _refit_setup(draws.law if draws is not None else posterior.law, tables,
+                                     (Fq, Fc, Fo), w, M)
 
     def run(power):
         if criterion == "refit":
@@ -258,20 +272,90 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
         prev = v
     out = pd.DataFrame(rows)
     if criterion == "refit":
-        extra["discrepancy"] = s_d
+        extra.update(disc)
     out.attrs.update(criterion=criterion, method=method, initial=v0, noise_var=float(np.mean(s2)),
                      noise_source=noise_src, n_draws=S, budget=float(budget), **extra)
     return out
 
 
-def _refit_setup(law, tables, values, weights, noise_var: float, discrepancy):
+def _discrepancy_moments(posterior, tables, values, noise_var: float, discrepancy):
+    """``(M, info)``: the second moments ``M_ij = E[s_i s_j]`` of the discrepancy's sd ``s`` over
+    the rows of ``tables`` (queries, candidates, observed), and what they rest on.
+
+    ``discrepancy="rehearsal"`` (a :class:`~bayes_scaling.bayes.posterior.Posterior` that knows
+    its fitted table): the posterior's own extrapolation discrepancy, the one its forecasts use
+    (docs/forecasting.md): ``s_i = tau d_i^p`` with ``d_i`` the row's extrapolation distance
+    (0 inside the fitted range) and ``(p, tau)`` from the grid posterior of the leave-future-out
+    rehearsal along the row's signature (``settings["discrepancy"]`` a number ``tau``:
+    ``s_i = tau d_i``; ``"off"``: ``s = 0``). Rows of one signature share ``(p, tau)``, so
+    ``M_ij = sum_g w_g tau_g^2 d_i^p_g d_j^p_g``; signatures are rehearsed apart, so across two
+    of them ``M_ij = E[s_i] E[s_j]``. Otherwise a stationary sd, ``M = s_d^2``: the number given,
+    by default ``max(s, 0.1 sd)`` of the posterior mean log loss over the observed rows, as
+    ``bs.design``'s posterior."""
+    if isinstance(discrepancy, str):
+        if discrepancy != "rehearsal":
+            raise BayesScalingError(f"discrepancy must be None, 'rehearsal' or a non-negative sd, "
+                                    f"got {discrepancy!r}")
+        if not (isinstance(posterior, Posterior) and len(fitted_table(posterior))):
+            raise BayesScalingError("discrepancy='rehearsal' needs a Posterior fitted on a table "
+                                    "(bs.fit_posterior): these draws carry no rehearsal; pass "
+                                    "discrepancy=<sd of the misfit in log loss> instead")
+        return _rehearsed_moments(posterior, tables)
+    if discrepancy is None:
+        s_d = max(np.sqrt(noise_var), DISC_REL * float(np.std(values[2].mean(0))))
+        basis = "stationary: max(noise sd, 0.1 sd of the fitted log loss)"
+    else:
+        s_d = float(discrepancy)
+        if not (np.isfinite(s_d) and s_d >= 0):
+            raise BayesScalingError(f"discrepancy must be a non-negative sd, got {discrepancy!r}")
+        basis = "stationary: given"
+    return s_d ** 2, {"discrepancy": s_d, "discrepancy_sd_queries": s_d,
+                      "discrepancy_basis": basis}
+
+
+def _rehearsed_moments(post, tables):
+    """:func:`_discrepancy_moments` from the posterior's own extrapolation discrepancy."""
+    mode = post.settings.get("discrepancy", "auto")
+    fitted, columns = fitted_table(post), input_columns(post.law)
+    n_q = len(tables[0])
+    if mode == "auto":
+        parts = [extrapolation(fitted, t, columns) for t in tables]
+        d = np.concatenate([p[0] for p in parts])
+        sigs = np.concatenate([p[1] for p in parts])
+    else:
+        tau = 0.0 if mode == "off" else float(mode)
+        d = np.concatenate([extrapolation_distance(post, t) for t in tables])
+        sigs = np.full(len(d), "" if mode == "off" else "fixed", dtype=object)
+    mean, blocks, basis = np.zeros(len(d)), [], {}
+    for sig in sorted(set(sigs) - {""}):
+        rows = np.flatnonzero(sigs == sig)
+        if sig == "fixed":
+            g = {"p": [1.0], "tau": [tau], "w": [1.0], "basis": "fixed tau"}
+        else:
+            g = signature_grid(post, sig)
+        wt, tau_g, p_g = (np.asarray(g[k], float) for k in ("w", "tau", "p"))
+        s = tau_g[:, None] * d[rows][None, :] ** p_g[:, None]  # (grid points, rows)
+        mean[rows] = wt @ s
+        blocks.append((rows, s.T @ (wt[:, None] * s)))
+        basis[sig] = g["basis"]
+    M = np.outer(mean, mean)
+    for rows, block in blocks:
+        M[np.ix_(rows, rows)] = block
+    return M, {"discrepancy": "rehearsal",
+               "discrepancy_sd_queries": float(np.sqrt(np.mean(np.diag(M)[:n_q]))),
+               "discrepancy_basis": "; ".join(f"{k}: {v}" for k, v in basis.items())
+               or "no row outside the fitted range"}
+
+
+def _refit_setup(law, tables, values, weights, moments):
     """The inputs of :func:`~bayes_scaling.design.acquisition.greedy_refit` for
     ``criterion="refit"``: the draws' joint covariance of the log law values over the rows of
     ``tables`` (queries, candidates, observed), factored as ``C = J J'`` (one mode, ``S = I``:
     ``J S J'`` is then ``C`` and every rank-one update of ``S`` conditions ``C``); the
-    discrepancy's covariance ``s_d^2 k`` over the standardised log inputs (query rows scaled by
-    the square roots of the query weights, which weights each query's expected error); the
-    observed rows' indices; and ``s_d``."""
+    discrepancy's covariance ``M o k`` (``moments`` ``M`` of :func:`_discrepancy_moments` times
+    the kernel over the standardised log inputs, elementwise; query rows scaled by the square
+    roots of the query weights, which weights each query's expected error); and the observed
+    rows' indices."""
     F = np.concatenate(values, axis=1)
     n_q, n_c = values[0].shape[1], values[1].shape[1]
     evals, evecs = np.linalg.eigh(np.cov(F, rowvar=False))
@@ -280,14 +364,8 @@ def _refit_setup(law, tables, values, weights, noise_var: float, discrepancy):
     x = [{v: np.asarray(a, float) for v, a in law.inputs(t).items()} for t in tables]
     ref = {v: np.concatenate([x[1][v], x[2][v]]) for v in law.variables}
     z = np.concatenate([log_inputs(law, xi, ref) for xi in x])
-    if discrepancy is None:
-        s_d = max(np.sqrt(noise_var), DISC_REL * float(np.std(values[2].mean(0))))
-    else:
-        s_d = float(discrepancy)
-        if not (np.isfinite(s_d) and s_d >= 0):
-            raise BayesScalingError(f"discrepancy must be a non-negative sd, got {discrepancy!r}")
     scale = np.concatenate([np.sqrt(weights), np.ones(len(F.T) - n_q)])
-    K = s_d ** 2 * kernel(z, z) * np.outer(scale, scale)
+    K = moments * kernel(z, z) * np.outer(scale, scale)
     J = J * scale[:, None]
     obs = n_q + n_c + np.arange(values[2].shape[1])
-    return [(1.0, J, np.eye(J.shape[1]))], K, obs, s_d
+    return [(1.0, J, np.eye(J.shape[1]))], K, obs
