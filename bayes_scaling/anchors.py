@@ -233,10 +233,10 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
 
     if criterion == "refit":
         tables = (queries, candidates, observed)
-        M, disc = _discrepancy_moments(posterior, tables, (Fq, Fc, Fo), float(np.mean(s2)),
+        moments, disc = _discrepancy_moments(posterior, tables, (Fq, Fc, Fo), float(np.mean(s2)),
                                        discrepancy)
         modes, K, obs = _refit_setup(draws.law if draws is not None else posterior.law, tables,
-                                     (Fq, Fc, Fo), w, M)
+                                     (Fq, Fc, Fo), w, moments)
 
     def run(power):
         if criterion == "refit":
@@ -279,17 +279,21 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
 
 
 def _discrepancy_moments(posterior, tables, values, noise_var: float, discrepancy):
-    """``(M, info)``: the second moments ``M_ij = E[s_i s_j]`` of the discrepancy's sd ``s`` over
-    the rows of ``tables`` (queries, candidates, observed), and what they rest on.
+    """``((M, H), info)``: the second moments over the rows of ``tables`` (queries, candidates,
+    observed) of the discrepancy's two parts, and what they rest on: ``M_ij = E[s_i s_j]`` of the
+    sd ``s`` of its part that varies between rows (the kernel's), and ``H_ij = E[m_i m_j]`` of its
+    systematic part ``m`` shared by the rows that leave the fitted range the same way.
 
     ``discrepancy="rehearsal"`` (a :class:`~bayes_scaling.bayes.posterior.Posterior` that knows
     its fitted table): the posterior's own extrapolation discrepancy, the one its forecasts use
-    (docs/forecasting.md): ``s_i = tau d_i^p`` with ``d_i`` the row's extrapolation distance
-    (0 inside the fitted range) and ``(p, tau)`` from the grid posterior of the leave-future-out
-    rehearsal along the row's signature (``settings["discrepancy"]`` a number ``tau``:
-    ``s_i = tau d_i``; ``"off"``: ``s = 0``). Rows of one signature share ``(p, tau)``, so
-    ``M_ij = sum_g w_g tau_g^2 d_i^p_g d_j^p_g``; signatures are rehearsed apart, so across two
-    of them ``M_ij = E[s_i] E[s_j]``. Otherwise a stationary sd, ``M = s_d^2``: the number given,
+    (docs/forecasting.md): ``s_i = tau d_i^p`` and ``m_i = mu d_i^p`` with ``d_i`` the row's
+    extrapolation distance (0 inside the fitted range) and ``(p, tau, mu)`` from the grid
+    posterior of the leave-future-out rehearsal along the row's signature
+    (``settings["discrepancy"]`` a number ``tau``: ``s_i = tau d_i``, ``m = 0``; ``"off"``: both
+    0). Rows of one signature share ``(p, tau, mu)``, so ``M_ij = sum_g w_g tau_g^2 d_i^p_g
+    d_j^p_g`` and ``H_ij = sum_g w_g (mu_g^2 + sd(mu)_g^2) d_i^p_g d_j^p_g``; signatures are
+    rehearsed apart, so across two of them the products of the means. Otherwise a stationary
+    sd, ``M = s_d^2`` and ``H = 0``: the number given,
     by default ``max(s, 0.1 sd)`` of the posterior mean log loss over the observed rows, as
     ``bs.design``'s posterior."""
     if isinstance(discrepancy, str):
@@ -309,7 +313,7 @@ def _discrepancy_moments(posterior, tables, values, noise_var: float, discrepanc
         if not (np.isfinite(s_d) and s_d >= 0):
             raise BayesScalingError(f"discrepancy must be a non-negative sd, got {discrepancy!r}")
         basis = "stationary: given"
-    return s_d ** 2, {"discrepancy": s_d, "discrepancy_sd_queries": s_d,
+    return (s_d ** 2, 0.0), {"discrepancy": s_d, "discrepancy_sd_queries": s_d,
                       "discrepancy_basis": basis}
 
 
@@ -326,23 +330,27 @@ def _rehearsed_moments(post, tables):
         tau = 0.0 if mode == "off" else float(mode)
         d = np.concatenate([extrapolation_distance(post, t) for t in tables])
         sigs = np.full(len(d), "" if mode == "off" else "fixed", dtype=object)
-    mean, blocks, basis = np.zeros(len(d)), [], {}
+    mean_s, mean_m, blocks, basis = np.zeros(len(d)), np.zeros(len(d)), [], {}
     for sig in sorted(set(sigs) - {""}):
         rows = np.flatnonzero(sigs == sig)
         if sig == "fixed":
-            g = {"p": [1.0], "tau": [tau], "w": [1.0], "basis": "fixed tau"}
+            g = {"p": [1.0], "tau": [tau], "mu": [0.0], "mu_sd": [0.0], "w": [1.0],
+                 "basis": "fixed tau"}
         else:
             g = signature_grid(post, sig)
-        wt, tau_g, p_g = (np.asarray(g[k], float) for k in ("w", "tau", "p"))
-        s = tau_g[:, None] * d[rows][None, :] ** p_g[:, None]  # (grid points, rows)
-        mean[rows] = wt @ s
-        blocks.append((rows, s.T @ (wt[:, None] * s)))
+        wt, tau_g, p_g, mu_g, mu_sd = (np.asarray(g[k], float)
+                                       for k in ("w", "tau", "p", "mu", "mu_sd"))
+        dp = d[rows][None, :] ** p_g[:, None]  # (grid points, rows)
+        s, m = tau_g[:, None] * dp, mu_g[:, None] * dp
+        mean_s[rows], mean_m[rows] = wt @ s, wt @ m
+        shift = (mu_g ** 2 + mu_sd ** 2)[:, None] * dp
+        blocks.append((rows, s.T @ (wt[:, None] * s), dp.T @ (wt[:, None] * shift)))
         basis[sig] = g["basis"]
-    M = np.outer(mean, mean)
-    for rows, block in blocks:
-        M[np.ix_(rows, rows)] = block
-    return M, {"discrepancy": "rehearsal",
-               "discrepancy_sd_queries": float(np.sqrt(np.mean(np.diag(M)[:n_q]))),
+    M, H = np.outer(mean_s, mean_s), np.outer(mean_m, mean_m)
+    for rows, block_s, block_m in blocks:
+        M[np.ix_(rows, rows)], H[np.ix_(rows, rows)] = block_s, block_m
+    return (M, H), {"discrepancy": "rehearsal",
+                    "discrepancy_sd_queries": float(np.sqrt(np.mean(np.diag(M + H)[:n_q]))),
                "discrepancy_basis": "; ".join(f"{k}: {v}" for k, v in basis.items())
                or "no row outside the fitted range"}
 
@@ -352,10 +360,11 @@ def _refit_setup(law, tables, values, weights, moments):
     ``criterion="refit"``: the draws' joint covariance of the log law values over the rows of
     ``tables`` (queries, candidates, observed), factored as ``C = J J'`` (one mode, ``S = I``:
     ``J S J'`` is then ``C`` and every rank-one update of ``S`` conditions ``C``); the
-    discrepancy's covariance ``M o k`` (``moments`` ``M`` of :func:`_discrepancy_moments` times
-    the kernel over the standardised log inputs, elementwise; query rows scaled by the square
-    roots of the query weights, which weights each query's expected error); and the observed
-    rows' indices."""
+    discrepancy's second moments ``M o k + H`` (``moments`` ``(M, H)`` of
+    :func:`_discrepancy_moments`: the varying part's times the kernel over the standardised log
+    inputs, elementwise, plus the systematic part's; query rows scaled by the square roots of
+    the query weights, which weights each query's expected error); and the observed rows'
+    indices."""
     F = np.concatenate(values, axis=1)
     n_q, n_c = values[0].shape[1], values[1].shape[1]
     evals, evecs = np.linalg.eigh(np.cov(F, rowvar=False))
@@ -365,7 +374,8 @@ def _refit_setup(law, tables, values, weights, moments):
     ref = {v: np.concatenate([x[1][v], x[2][v]]) for v in law.variables}
     z = np.concatenate([log_inputs(law, xi, ref) for xi in x])
     scale = np.concatenate([np.sqrt(weights), np.ones(len(F.T) - n_q)])
-    K = moments * kernel(z, z) * np.outer(scale, scale)
+    M, H = moments
+    K = (M * kernel(z, z) + H) * np.outer(scale, scale)
     J = J * scale[:, None]
     obs = n_q + n_c + np.arange(values[2].shape[1])
     return [(1.0, J, np.eye(J.shape[1]))], K, obs

@@ -56,9 +56,9 @@ def test_a_larger_rehearsed_discrepancy_buys_the_run_nearer_the_queries(post):
     runs carry to the queries outweighs their slope, and it buys the run near the queries."""
     var = pick(post, "variance")["candidate"].tolist()
     assert sorted(var) == [0, 1, 2]
-    rehearsed(post, {"p": [1.0], "tau": [1e-4], "w": [1.0]})
+    rehearsed(post, {"p": [1.0], "tau": [1e-4], "mu": [0.0], "mu_sd": [0.0], "w": [1.0]})
     assert sorted(pick(post)["candidate"].tolist()) == [0, 1, 2]
-    rehearsed(post, {"p": [1.0], "tau": [0.1], "w": [1.0]})
+    rehearsed(post, {"p": [1.0], "tau": [0.1], "mu": [0.0], "mu_sd": [0.0], "w": [1.0]})
     sel = pick(post)
     assert sel["candidate"].tolist() == [3]
     assert sel.attrs["discrepancy"] == "rehearsal"
@@ -68,13 +68,17 @@ def test_a_larger_rehearsed_discrepancy_buys_the_run_nearer_the_queries(post):
 def test_the_rehearsed_discrepancy_is_the_mixture_at_the_queries(post):
     """Before any purchase the refit leans on the fitted rows only, where the discrepancy is 0
     (inside the fitted range), so the expected error at the queries is their posterior variance
-    plus the mean of ``E[tau^2 d^(2p)]`` over the grid posterior: exact for a mixture grid."""
-    grid = {"p": [0.5, 1.0], "tau": [0.05, 0.2], "w": [0.3, 0.7]}
+    plus the mean of ``E[(tau^2 + mu^2) d^(2p)]`` over the grid posterior (the varying part and
+    the systematic shift ``mu d^p``, ``mu`` normal at each grid point): exact for a mixture
+    grid."""
+    grid = {"p": [0.5, 1.0], "tau": [0.05, 0.2], "mu": [0.01, -0.03], "mu_sd": [0.02, 0.01],
+            "w": [0.3, 0.7]}
     rehearsed(post, grid)
     d, sigs = extrapolation(pd.DataFrame({"D": np.exp(LOG_D_OBS)}), pd.DataFrame({"D": D_Q}),
                             ["D"])
     assert list(sigs) == ["D+", "D+"] and np.all(d > 4)
-    second = sum(w * t ** 2 * d ** (2 * p) for p, t, w in zip(grid["p"], grid["tau"], grid["w"]))
+    second = sum(w * (t ** 2 + m ** 2 + sd ** 2) * d ** (2 * p) for p, t, m, sd, w in
+                 zip(*(grid[k] for k in ("p", "tau", "mu", "mu_sd", "w"))))
     sel = pick(post)
     base = pick(post, "variance").attrs["initial"]
     assert sel.attrs["initial"] == pytest.approx(base + second.mean(), rel=1e-9)
