@@ -204,7 +204,8 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
     except BayesScalingError:
         draws = None
     # the law's values per draw (f_i above), never a posterior's predictive draws: those add the
-    # model discrepancy at extrapolated rows, independent across rows, which no run can remove
+    # model discrepancy at extrapolated rows, which the variance criterion would score as
+    # removable (the refit criterion takes it in through its own moments, below)
     src = posterior if draws is None else draws
     Fc = np.log(predict_draws(src, candidates))
     Fq = np.log(predict_draws(src, queries))
