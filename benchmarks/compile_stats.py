@@ -7,13 +7,18 @@ writes, per test module, the number and seconds of jaxpr traces, lowerings and X
 compilations, the persistent compilation cache's hits and misses, and the module's wall seconds
 and CPU seconds (this process's threads plus its finished subprocesses: unlike wall seconds, about
 the same on a busy machine). Under pytest-xdist each worker writes ``out.<worker>.json``. The
-terminal summary prints the totals.
+terminal summary prints the totals, and
+
+    python benchmarks/compile_stats.py out.gw0.json out.gw1.json ...
+
+sums such files and prints the totals and the modules by CPU seconds.
 """
 from __future__ import annotations
 
 import json
 import os
 import resource
+import sys
 import time
 from collections import defaultdict
 
@@ -97,3 +102,24 @@ def pytest_terminal_summary(terminalreporter, config):
         t = _totals()
         if t:
             terminalreporter.write_line("JAX compile stats (this process): " + json.dumps(t))
+
+
+def main(paths):
+    total, modules = defaultdict(float), {}
+    for path in paths:
+        with open(path) as f:
+            d = json.load(f)
+        for k, v in d["total"].items():
+            total[k] += v
+        modules.update(d["modules"])
+    print("totals:", json.dumps({k: round(v, 1) for k, v in sorted(total.items())}))
+    print("| module | CPU s | wall s | programs | compiled | loaded from cache | compile s |")
+    print("|---|---|---|---|---|---|---|")
+    for m, s in sorted(modules.items(), key=lambda kv: -kv[1].get("cpu_s", 0.0)):
+        print(f"| {m} | {s.get('cpu_s', 0):.0f} | {s.get('wall_s', 0):.0f} "
+              f"| {s.get('compile_n', 0):.0f} | {s.get('cache_misses', 0):.0f} "
+              f"| {s.get('cache_hits', 0):.0f} | {s.get('compile_s', 0):.0f} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
