@@ -20,14 +20,15 @@ import time
 import warnings
 
 import jax
-import numpyro.infer.hmc as hmc
+from numpyro.infer import hmc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
-import bayes_scaling as bs  # noqa: E402
-from conftest import simulate  # noqa: E402
-from test_bayes import CHIN_TRUE, chin_grid  # noqa: E402
+from conftest import simulate
+from test_bayes import CHIN_TRUE, chin_grid
+
+import bayes_scaling as bs
 
 COMPILE = "/jax/core/compile/backend_compile_duration"
 counts = {"requested": 0, "hits": 0, "seconds": 0.0, "init_n": 0, "init_s": 0.0}

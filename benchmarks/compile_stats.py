@@ -69,7 +69,6 @@ def pytest_runtest_protocol(item, nextitem):
         _current[0] = module
         _stats[module]["start"] = _stats[module].get("start") or time.monotonic()
         _stats[module]["start_cpu"] = _stats[module].get("start_cpu") or _cpu()
-    return None
 
 
 def pytest_runtest_logfinish(nodeid, location):
