@@ -3,6 +3,10 @@
 #   make test   run the test suite (what CI runs)
 PY ?= python3
 VENV := .venv
+# pytest-xdist workers for the main test run: tests are dealt out one by one, so the slow modules
+# are shared; a module fixture built on both workers loads the other's programs from the tests'
+# compilation cache (tests/conftest.py). The Ctrl-C tests keep a process of their own.
+WORKERS ?= 2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
@@ -19,11 +23,11 @@ demo: $(STAMP)
 	$(BIN)/bayes-scaling demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not isolated"
+	$(BIN)/python -m pytest -q -n $(WORKERS) -m "not slow and not isolated"
 	$(BIN)/python -m pytest -q -m "isolated and not slow"
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not isolated"
+	$(BIN)/python -m pytest -q -n $(WORKERS) -m "not isolated"
 	$(BIN)/python -m pytest -q -m isolated
 
 analyses: $(STAMP)

@@ -72,6 +72,25 @@ def offset_power_law(name: str = "toy_power") -> bs.laws.Law:
         fn=lambda p, x: p["E"] + p["A"] * x["N"] ** -p["alpha"])
 
 
+def pytest_configure(config):
+    """One persistent JAX compilation cache for the run, in pytest's cache directory (``pytest
+    --cache-clear`` empties it): a program compiled once, by any test, pytest-xdist worker, CLI
+    subprocess or Ray worker (they inherit the environment), is loaded rather than compiled
+    again, including the programs :func:`_release_compiled_programs` drops and the samplers NumPyro
+    builds afresh on every run. Entries are keyed by the program's full text and JAX's version; the
+    size bound switches on the cache's file lock, so parallel workers never read a half-written
+    entry. ``pytest -p no:cacheprovider`` runs without it."""
+    if getattr(config, "cache", None) is None:  # pytest -p no:cacheprovider
+        return
+    settings = {"jax_compilation_cache_dir": str(config.cache.mkdir("jax")),
+                "jax_persistent_cache_min_compile_time_secs": 0.0,
+                "jax_persistent_cache_min_entry_size_bytes": -1,
+                "jax_compilation_cache_max_size": 2**30}
+    for name, value in settings.items():
+        jax.config.update(name, value)
+        os.environ[name.upper()] = str(value)
+
+
 @pytest.fixture(scope="session")
 def epoch():
     df = bs.datasets.load("chinchilla_epoch")
