@@ -24,11 +24,9 @@ def worker_env(threads: float | None, environ: Mapping[str, str] | None = None) 
     OpenMP through ``OMP_NUM_THREADS=1`` (what Ray sets for its own one-CPU workers) and its
     OpenBLAS and MKL equivalents, and JAX
     through :data:`ONE_THREAD_XLA` appended to ``XLA_FLAGS`` (``environ``'s, default this
-    process's, so a host-device count set for parallel chains is kept). On two cores a serial
-    NUTS fit with XLA's default thread pool runs no faster than on one thread (4 tables: 49 s
-    against 48 s per table, BENCHMARKS.md), and two workers each spreading over both cores only
-    slow each other down. ``threads`` of None or 2 or more: no variables (the libraries'
-    defaults)."""
+    process's, so a host-device count set for parallel chains is kept), so that many workers on
+    one node do not each spread over every core. ``threads`` of None or 2 or more: no variables
+    (the libraries' defaults)."""
     if threads is None or threads >= 2:
         return {}
     environ = os.environ if environ is None else environ
