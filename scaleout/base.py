@@ -22,11 +22,10 @@ def worker_env(threads: float | None, environ: Mapping[str, str] | None = None) 
 
     A worker given one CPU (``threads`` < 2) runs its numerical libraries on one thread: BLAS and
     OpenMP through ``OMP_NUM_THREADS=1`` (what Ray sets for its own one-CPU workers) and its
-    OpenBLAS and MKL equivalents, and JAX
-    through :data:`ONE_THREAD_XLA` appended to ``XLA_FLAGS`` (``environ``'s, default this
-    process's, so a host-device count set for parallel chains is kept), so that many workers on
-    one node do not each spread over every core. ``threads`` of None or 2 or more: no variables
-    (the libraries' defaults)."""
+    OpenBLAS and MKL equivalents, and JAX through :data:`ONE_THREAD_XLA` appended to
+    ``XLA_FLAGS`` (``environ``'s, default this process's, so a host-device count set for
+    parallel chains is kept), so that many workers on one node do not each spread over every
+    core. ``threads`` of None or 2 or more: no variables (the libraries' defaults)."""
     if threads is None or threads >= 2:
         return {}
     environ = os.environ if environ is None else environ
