@@ -29,7 +29,6 @@ import numpy as np
 import pandas as pd
 from scipy.spatial import ConvexHull, QhullError
 
-from .. import data as _data
 from .model import theta_s_batch
 from .modes import find_modes
 from .predictive import ParamDraws
@@ -175,8 +174,7 @@ def _laplace_log_draws(spec, starts, train, test, seed):
     mode, then Gaussian draws in the sampling coordinates, as ``fit_posterior(method="laplace")``.
     """
     law = spec.law
-    vdf = _data.validate(train, law, min_rows=len(spec.law_names) + 1)
-    data = data_pytree(spec, vdf)
+    data = data_pytree(spec, spec.space.validate(train))
     u0 = np.atleast_2d(np.asarray(spec.u(starts)))
     top = find_modes(spec, data, u0, np.arange(len(u0), dtype=float))[0]
     z = np.random.default_rng(seed).standard_normal((REHEARSAL_DRAWS, len(top.s)))

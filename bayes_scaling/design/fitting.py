@@ -25,7 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import minimize
 
-from ..fit import lbfgs_multistart, pad_rows
+from ..fit import lbfgs_multistart
+from ..params import pad_rows
 from ..laws import Law
 
 
