@@ -31,13 +31,14 @@ from scipy.spatial import ConvexHull, QhullError
 
 from .model import theta_s_batch
 from .modes import find_modes
-from .predictive import ParamDraws
+from ..errors import FitError
+from .predictive import ParamDraws, as_draws
 from .spec import data_pytree, make_spec
 
-__all__ = ["CUTS", "INTERVAL_VERSION", "MU_SCALE", "POWERS", "TAU_GRID", "TAU_SCALE",
-           "WIDTH_POWERS", "directions", "extrapolation",
-           "fitted_table", "input_columns", "rehearsal_rows", "rehearsal_spec",
-           "sample_discrepancy", "signature_grid", "tau_posterior"]
+__all__ = ["CUTS", "INTERVAL_VERSION", "MU_SCALE", "NULL_REPLICATES", "POWERS", "TAU_GRID",
+           "TAU_SCALE", "WIDTH_POWERS", "calibrate_rows", "directions", "extrapolation",
+           "fitted_table", "input_columns", "null_statistics", "rehearsal_rows",
+           "rehearsal_spec", "sample_discrepancy", "signature_grid", "tau_posterior"]
 
 #: Cut points of a rehearsal: the rows beyond these fractions of an axis' log range are held out.
 CUTS = (0.6, 0.75, 0.85)
@@ -58,6 +59,8 @@ INTERVAL_VERSION = "shift-width-1"
 #: The grid the posterior of ``tau`` is computed on.
 TAU_GRID = np.linspace(0.0, 2.0, 801)
 REHEARSAL_DRAWS = 400
+#: Replicate tables of the rehearsal's null calibration (:func:`null_statistics`).
+NULL_REPLICATES = 20
 #: A row closer than this to the fitted hull (in scaled log units) is inside it.
 HULL_TOL = 1e-9
 
@@ -243,7 +246,87 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
     return pd.concat(out, ignore_index=True) if out else empty
 
 
-def tau_posterior(rows: pd.DataFrame) -> dict:
+def null_statistics(post, direction: dict, table: pd.DataFrame | None = None,
+                    n_rep: int = NULL_REPLICATES, seed: int = 0) -> pd.DataFrame:
+    """What the rehearsal along ``direction`` reports when the law is right: per cut, statistics
+    of the standardised residuals ``z = r / sqrt(v0)`` of :func:`rehearsal_rows` over ``n_rep``
+    replicate tables drawn from the posterior predictive of the full table (one posterior draw of
+    the parameters and the noise scale per replicate, at the table's own rows).
+
+    The replicates are rehearsed exactly as the table is (same cuts, inner fits, starts), so the
+    statistics measure, under the fitted model itself, the inner fits' bias (``mean``), the
+    under-statement of their predictive variance (``var`` above 1) and the correlation ``rho``
+    of the rows one cut holds out (they share the inner fit's parameter error): with ``n`` rows
+    and the variance ``var_m`` over replicates of their mean ``z``,
+    ``rho = (var_m / var - 1 / n) / (1 - 1 / n)`` (equicorrelated rows), in ``[0, 0.99]``.
+
+    Returns:
+        one row per cut: ``cut``, ``mean``, ``var``, ``rho`` and ``n_rep`` (replicates rehearsed).
+    """
+    table = fitted_table(post) if table is None else table
+    sims = as_draws(post, max_draws=n_rep).predict_draws(table, "predictive", seed=seed)
+    parts = []
+    for b, y in enumerate(sims):
+        if not np.all(np.isfinite(y) & (y > 0)):
+            continue
+        try:
+            rows = rehearsal_rows(post, direction, table.assign(loss=y))
+        except FitError:
+            continue
+        parts.append(rows.assign(rep=b, z=rows["r"] / np.sqrt(rows["v0"])))
+    cols = ("cut", "mean", "var", "rho", "n_rep")
+    if not parts:
+        return pd.DataFrame({c: np.array([], float) for c in cols})
+    null = pd.concat(parts, ignore_index=True)
+    null = null[np.isfinite(null["z"])]
+    out = []
+    for cut, g in null.groupby("cut"):
+        var = float(g["z"].var())
+        n = g.groupby("rep")["z"].size().max()
+        var_m = float(g.groupby("rep")["z"].mean().var())
+        rho = (var_m / var - 1 / n) / (1 - 1 / n) if n > 1 and var > 0 else 0.0
+        out.append((cut, float(g["z"].mean()), var, float(np.clip(rho, 0.0, 0.99)),
+                    g["rep"].nunique()))
+    return pd.DataFrame(out, columns=cols)
+
+
+def calibrate_rows(rows: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
+    """Rehearsal rows corrected by their null (:func:`null_statistics`): with the cut's null mean
+    ``m`` and variance ``s2`` of ``r / sqrt(v0)``, ``r <- r - m sqrt(v0)`` and
+    ``v0 <- v0 max(s2, 1)``, and the cut's correlation ``rho`` attached. Under the fitted model
+    the corrected ``r / sqrt(v0)`` then has mean 0 and variance at most 1. A cut without null
+    statistics is left as it is (``rho = 0``)."""
+    s = stats.set_index("cut")
+    m = rows["cut"].map(s["mean"]).fillna(0.0).to_numpy(float)
+    s2 = np.maximum(rows["cut"].map(s["var"]).fillna(1.0).to_numpy(float), 1.0)
+    v0 = rows["v0"].to_numpy(float)
+    return rows.assign(r=rows["r"].to_numpy(float) - m * np.sqrt(v0), v0=v0 * s2,
+                       rho=rows["cut"].map(s["rho"]).fillna(0.0).to_numpy(float))
+
+
+def _block_terms(r, v0, g, w, rho, tau):
+    """For one block of rows with weights ``w`` sharing a correlation ``rho``, over the grid
+    ``tau`` (``(T, 1)``): the weighted ``log det V``, ``r' V^-1 r``, ``g' V^-1 r`` and
+    ``g' V^-1 g`` (``(T,)`` each). ``rho = 0``: ``V = diag(v0 + tau^2 g^2)``, each row weighted by
+    its ``w``. ``rho > 0``: ``V = diag((1 - rho) v0 + tau^2 g^2) + rho sqrt(v0) sqrt(v0)'``
+    (equicorrelated standardised rows; Sherman-Morrison for the rank-one part), the block
+    weighted by the mean of ``w``."""
+    dg = (1 - rho) * v0 + (tau * g) ** 2
+    if rho == 0:
+        return (np.sum(w * np.log(dg), 1), np.sum(w * r * r / dg, 1), np.sum(w * g * r / dg, 1),
+                np.sum(w * g * g / dg, 1))
+    u = np.sqrt(rho * v0)
+    c = 1.0 + np.sum(u**2 / dg, 1)
+
+    def form(x, y):
+        return np.sum(x * y / dg, 1) - np.sum(x * u / dg, 1) * np.sum(y * u / dg, 1) / c
+
+    wb = float(np.mean(w))
+    return (wb * (np.sum(np.log(dg), 1) + np.log(c)), wb * form(r, r), wb * form(g, r),
+            wb * form(g, g))
+
+
+def tau_posterior(rows: pd.DataFrame, null_mass: float = 0.0) -> dict:
     """The grid posterior of the discrepancy ``(p, a, tau)`` and of ``mu`` given them, from
     rehearsal rows (``r``, ``v0``, ``d``, ``row`` and the inner width ratio ``q``, 1 if absent).
 
@@ -257,6 +340,13 @@ def tau_posterior(rows: pd.DataFrame) -> dict:
     of scale :data:`TAU_SCALE`. A training row held out by several nested cuts enters with weight
     ``w_i = 1 / (times it is held out)``, so each row counts once in all. With no rows, the prior.
 
+    Rows with a correlation ``rho`` (:func:`calibrate_rows`) are scored per block of one cut and
+    direction (column ``block``; else ``cut``) with the equicorrelated covariance of
+    :func:`_block_terms` in place of ``diag(V)``, the block weighted by its rows' mean ``w``.
+    ``null_mass`` is the prior probability of no discrepancy (``mu = tau = 0``): its posterior
+    probability is the ratio of its marginal likelihood to the grid's (prior-averaged), and it
+    enters the grid as one point ``tau = mu = mu_sd = 0``.
+
     Returns:
         ``{"p", "tau", "mu", "mu_sd", "w"}``: lists over the grid points of non-negligible weight
         (``mu``, ``mu_sd``: the normal posterior of ``mu`` at that point; JSON-serialisable), and
@@ -268,22 +358,38 @@ def tau_posterior(rows: pd.DataFrame) -> dict:
     w = 1.0 / rows.groupby("row")["row"].transform("count").to_numpy(float) if n else np.zeros(0)
     r, v0, d = (rows[k].to_numpy(float) for k in ("r", "v0", "d"))
     q = rows["q"].to_numpy(float) if "q" in rows else np.ones(n)
+    rho = rows["rho"].fillna(0.0).to_numpy(float) if "rho" in rows else np.zeros(n)
+    key = rows["block"] if "block" in rows else rows["cut"] if "cut" in rows else np.zeros(n)
+    blocks = [np.flatnonzero(key.to_numpy() == k) for k in pd.unique(key)] if n else []
     tau = TAU_GRID[:, None]
+    prior = -0.5 * (TAU_GRID / TAU_SCALE) ** 2
     logp, ps, taus, mus, sds = [], [], [], [], []
     for p in POWERS:
         for a in WIDTH_POWERS:
             g = d**p * q**a
-            var = v0 + (tau * g) ** 2
-            ll = np.sum(w * (-0.5 * np.log(var) - 0.5 * r**2 / var), 1)
-            s2 = 1.0 / (1.0 / MU_SCALE**2 + np.sum(w * g**2 / var, 1))
-            b = np.sum(w * g * r / var, 1)
-            logp.append(ll + 0.5 * b**2 * s2 + 0.5 * np.log(s2 / MU_SCALE**2)
-                        - 0.5 * (TAU_GRID / TAU_SCALE) ** 2)
+            ll, A, B = np.zeros(TAU_GRID.size), np.zeros(TAU_GRID.size), np.zeros(TAU_GRID.size)
+            for i in blocks:
+                logdet, rr, gr, gg = _block_terms(r[i], v0[i], g[i], w[i], rho[i].mean(), tau)
+                ll += -0.5 * logdet - 0.5 * rr
+                A += gg
+                B += gr
+            s2 = 1.0 / (1.0 / MU_SCALE**2 + A)
+            logp.append(ll + 0.5 * B**2 * s2 + 0.5 * np.log(s2 / MU_SCALE**2) + prior)
             ps.append(np.full(TAU_GRID.size, p))
             taus.append(TAU_GRID)
-            mus.append(b * s2)
+            mus.append(B * s2)
             sds.append(np.sqrt(s2))
     logp, ps, taus, mus, sds = map(np.concatenate, (logp, ps, taus, mus, sds))
+    if null_mass > 0:  # the point mu = tau = 0 against the grid, each with its prior mass
+        ll0 = 0.0
+        for i in blocks:
+            logdet, rr, _, _ = _block_terms(r[i], v0[i], np.zeros(len(i)), w[i], rho[i].mean(),
+                                            np.zeros((1, 1)))
+            ll0 += float(-0.5 * logdet[0] - 0.5 * rr[0])
+        norm = np.log(len(POWERS) * len(WIDTH_POWERS)) + np.logaddexp.reduce(prior)
+        logp = np.append(logp + np.log1p(-null_mass) - norm, ll0 + np.log(null_mass))
+        ps, taus, mus, sds = (np.append(x, v) for x, v in ((ps, 1.0), (taus, 0.0), (mus, 0.0),
+                                                           (sds, 0.0)))
     wt = np.exp(logp - logp.max())
     keep = wt > 1e-9 * wt.sum()
     wt = wt[keep] / wt[keep].sum()
@@ -304,21 +410,31 @@ def sample_discrepancy(grid: dict, d: np.ndarray, n_draws: int, rng):
     return mu[:, None] * dp, tau[:, None] * dp, tau
 
 
-def signature_grid(post, signature: str) -> dict:
+def signature_grid(post, signature: str, calibrated: bool = False) -> dict:
     """The grid posterior of the discrepancy (:func:`tau_posterior`) for rows leaving the fitted
     range along ``signature`` (:func:`extrapolation`): rehearsal rows pooled over its directions,
     cached in ``post.settings["discrepancy_grid"]`` (saved with the posterior; a grid saved without
     ``mu`` is recomputed). ``basis`` says what it rests on (the rehearsal's rows, or the prior
-    alone when no cut was possible)."""
+    alone when no cut was possible). ``calibrated``: each direction's rows are first corrected by
+    the rehearsal's null (:func:`null_statistics`, :func:`calibrate_rows`) and scored per cut with
+    its correlation (cached under ``"calibrated " + signature``)."""
     cache = post.settings.setdefault("discrepancy_grid", {})
-    if "mu" not in cache.get(signature, {}):  # absent, or cached by a version without mu
+    key = f"calibrated {signature}" if calibrated else signature
+    if "mu" not in cache.get(key, {}):  # absent, or cached by a version without mu
         table = fitted_table(post)
-        parts = [rehearsal_rows(post, u, table) for u in directions(signature)]
+        parts = []
+        for j, u in enumerate(directions(signature)):
+            rows = rehearsal_rows(post, u, table)
+            if calibrated and len(rows):
+                rows = calibrate_rows(rows, null_statistics(post, u, table))
+            parts.append(rows.assign(block=[f"{j} {c}" for c in rows["cut"]]))
         grid = tau_posterior(pd.concat(parts, ignore_index=True))
         _, note = rehearsal_spec(post)
         grid["basis"] = (f"rehearsal on {grid['n_rows']} training rows beyond cuts along "
                          f"{signature}" if grid["n_rows"] else
                          f"tau prior only: no rehearsal cut possible along {signature}")
+        if calibrated and grid["n_rows"]:
+            grid["basis"] += f", calibrated on {NULL_REPLICATES} replicate tables"
         grid["basis"] += f"; {note}" if note else ""
-        cache[signature] = grid
-    return cache[signature]
+        cache[key] = grid
+    return cache[key]
