@@ -124,17 +124,6 @@ def test_correlated_rows_are_weaker_evidence_for_a_shift():
     assert alone > 0.2 and joint < 0.15
 
 
-def test_the_point_of_no_discrepancy_wins_on_noise_and_loses_on_a_shift():
-    def null_weight(g):
-        return sum(w for w, s in zip(g["w"], g["mu_sd"]) if s == 0)
-
-    noise = rows(0.0, seed=1)
-    assert null_weight(tau_posterior(noise, null_mass=0.5)) > 0.6
-    shifted = noise.assign(r=noise["r"] + 0.1 * noise["d"])  # mu = 0.1 (10 sd at d = 1)
-    assert null_weight(tau_posterior(shifted, null_mass=0.5)) < 0.01
-    assert null_weight(tau_posterior(noise)) == 0  # no point mass unless asked
-
-
 def test_forecast_uses_the_calibrated_rehearsal_when_asked(kinked):
     new = pd.DataFrame({"N": [1e8, 1e9, 2e9], "D": [2e9, 2e10, 4e10]})
     fc = kinked.forecast(new, discrepancy="calibrated", allow_unconverged=True)

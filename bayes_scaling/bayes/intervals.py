@@ -326,7 +326,7 @@ def _block_terms(r, v0, g, w, rho, tau):
             wb * form(g, g))
 
 
-def tau_posterior(rows: pd.DataFrame, null_mass: float = 0.0) -> dict:
+def tau_posterior(rows: pd.DataFrame) -> dict:
     """The grid posterior of the discrepancy ``(p, a, tau)`` and of ``mu`` given them, from
     rehearsal rows (``r``, ``v0``, ``d``, ``row`` and the inner width ratio ``q``, 1 if absent).
 
@@ -343,9 +343,6 @@ def tau_posterior(rows: pd.DataFrame, null_mass: float = 0.0) -> dict:
     Rows with a correlation ``rho`` (:func:`calibrate_rows`) are scored per block of one cut and
     direction (column ``block``; else ``cut``) with the equicorrelated covariance of
     :func:`_block_terms` in place of ``diag(V)``, the block weighted by its rows' mean ``w``.
-    ``null_mass`` is the prior probability of no discrepancy (``mu = tau = 0``): its posterior
-    probability is the ratio of its marginal likelihood to the grid's (prior-averaged), and it
-    enters the grid as one point ``tau = mu = mu_sd = 0``.
 
     Returns:
         ``{"p", "tau", "mu", "mu_sd", "w"}``: lists over the grid points of non-negligible weight
@@ -359,8 +356,8 @@ def tau_posterior(rows: pd.DataFrame, null_mass: float = 0.0) -> dict:
     r, v0, d = (rows[k].to_numpy(float) for k in ("r", "v0", "d"))
     q = rows["q"].to_numpy(float) if "q" in rows else np.ones(n)
     rho = rows["rho"].fillna(0.0).to_numpy(float) if "rho" in rows else np.zeros(n)
-    key = rows["block"] if "block" in rows else rows["cut"] if "cut" in rows else np.zeros(n)
-    blocks = [np.flatnonzero(key.to_numpy() == k) for k in pd.unique(key)] if n else []
+    key = rows["block" if "block" in rows else "cut"].to_numpy()
+    blocks = [np.flatnonzero(key == k) for k in pd.unique(key)]
     tau = TAU_GRID[:, None]
     prior = -0.5 * (TAU_GRID / TAU_SCALE) ** 2
     logp, ps, taus, mus, sds = [], [], [], [], []
@@ -380,16 +377,6 @@ def tau_posterior(rows: pd.DataFrame, null_mass: float = 0.0) -> dict:
             mus.append(B * s2)
             sds.append(np.sqrt(s2))
     logp, ps, taus, mus, sds = map(np.concatenate, (logp, ps, taus, mus, sds))
-    if null_mass > 0:  # the point mu = tau = 0 against the grid, each with its prior mass
-        ll0 = 0.0
-        for i in blocks:
-            logdet, rr, _, _ = _block_terms(r[i], v0[i], np.zeros(len(i)), w[i], rho[i].mean(),
-                                            np.zeros((1, 1)))
-            ll0 += float(-0.5 * logdet[0] - 0.5 * rr[0])
-        norm = np.log(len(POWERS) * len(WIDTH_POWERS)) + np.logaddexp.reduce(prior)
-        logp = np.append(logp + np.log1p(-null_mass) - norm, ll0 + np.log(null_mass))
-        ps, taus, mus, sds = (np.append(x, v) for x, v in ((ps, 1.0), (taus, 0.0), (mus, 0.0),
-                                                           (sds, 0.0)))
     wt = np.exp(logp - logp.max())
     keep = wt > 1e-9 * wt.sum()
     wt = wt[keep] / wt[keep].sum()
