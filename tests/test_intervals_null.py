@@ -135,3 +135,15 @@ def test_forecast_uses_the_calibrated_rehearsal_when_asked(kinked):
     assert fc["discrepancy_basis"].str.contains("calibrated on").iloc[1:].all()
     with pytest.raises(bs.errors.BayesScalingError, match="calibrated"):
         kinked.forecast(new, discrepancy="null")
+
+
+def test_an_inner_fit_the_full_tables_modes_do_not_start_is_found_by_a_fresh_map():
+    """On this strongly curved table (``exp(0.02 log(N / 1e7)^2)``) Newton from the full table's
+    modes reaches no finite inner mode; the rehearsal searches it from random starts instead of
+    failing the forecast."""
+    n = np.log(TRAIN["N"].to_numpy() / 1e7)
+    post = fit(table(0.0, seed=0).assign(loss=lambda t: t["loss"] * np.exp(0.02 * n**2)))
+    grid = signature_grid(post, "D+,N+")
+    assert grid["n_rows"] > 0 and "skipped" not in grid["basis"]
+    # beyond each cut the curved loss lies above the law fitted inside it
+    assert scale(grid)[0] > 0.05

@@ -30,7 +30,7 @@ import pandas as pd
 from scipy.spatial import ConvexHull, QhullError
 
 from .model import theta_s_batch
-from .modes import find_modes
+from .modes import find_modes, map_stage
 from ..errors import FitError
 from .predictive import ParamDraws, as_draws
 from .spec import data_pytree, make_spec
@@ -59,6 +59,8 @@ INTERVAL_VERSION = "shift-width-1"
 #: The grid the posterior of ``tau`` is computed on.
 TAU_GRID = np.linspace(0.0, 2.0, 801)
 REHEARSAL_DRAWS = 400
+#: Starts of the multi-start MAP of an inner fit that the full table's modes do not start.
+MAP_STARTS = 8
 #: Replicate tables of the rehearsal's null calibration (:func:`null_statistics`).
 NULL_REPLICATES = 20
 #: A row closer than this to the fitted hull (in scaled log units) is inside it.
@@ -175,11 +177,17 @@ def _laplace_log_draws(spec, starts, train, test, seed):
     """Log predictive draws ``(S, m)`` at ``test`` of the Laplace posterior fitted on ``train``:
     damped Newton from ``starts`` (the full table's modes, ``{name: (k,)}``) to the inner table's
     mode, then Gaussian draws in the sampling coordinates, as ``fit_posterior(method="laplace")``.
+    When no finite mode is reached from ``starts``, the inner mode is searched from
+    :data:`MAP_STARTS` random starts (the multi-start MAP of a fit).
     """
     law = spec.law
     data = data_pytree(spec, spec.space.validate(train))
     u0 = np.atleast_2d(np.asarray(spec.u(starts)))
-    top = find_modes(spec, data, u0, np.arange(len(u0), dtype=float))[0]
+    try:
+        top = find_modes(spec, data, u0, np.arange(len(u0), dtype=float))[0]
+    except FitError:  # no finite mode from the full table's modes: multi-start MAP, as a fit does
+        _, _, _, (u_ok, v_ok) = map_stage(spec, data, MAP_STARTS, seed, 1000)
+        top = find_modes(spec, data, u_ok, v_ok)[0]
     z = np.random.default_rng(seed).standard_normal((REHEARSAL_DRAWS, len(top.s)))
     theta = theta_s_batch(spec)(jnp.asarray(top.s + z @ top.chol.T), data["ref"])
     S = REHEARSAL_DRAWS
@@ -214,6 +222,9 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
     predictive median), predictive variance ``v0``, distance ``d`` from the inner table and the
     inner table's width along the direction as a fraction ``q`` of the full table's.
 
+    A cut whose inner fit finds no finite mode is skipped and listed in
+    ``rows.attrs["failed_cuts"]``.
+
     Returns:
         one row per (cut, held-out row): ``row`` (index in the table), ``cut``, ``r``, ``v0``,
         ``d``, ``q``. Empty when no cut is possible.
@@ -226,7 +237,7 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
     t = F @ np.array([direction.get(c, 0.0) for c in cols])
     lo, hi = t.min(), t.max()
     n_min = len(post.settings["free"]) + 3
-    out, seen = [], set()
+    out, seen, failed = [], set(), []
     for q in CUTS:
         inner = t <= lo + q * (hi - lo) + 1e-12
         key = tuple(np.flatnonzero(inner))
@@ -234,16 +245,22 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
             continue
         seen.add(key)
         train, test = table[inner], table[~inner]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            y = _laplace_log_draws(spec, starts, train, test, seed=len(seen))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                y = _laplace_log_draws(spec, starts, train, test, seed=len(seen))
+        except FitError:
+            failed.append(q)
+            continue
         d, _ = extrapolation(train, test, columns)
         r = np.log(np.asarray(test["loss"], float)) - np.nanmedian(y, 0)
         out.append(pd.DataFrame({"row": np.flatnonzero(~inner), "cut": q, "r": r,
                                  "v0": np.nanvar(y, 0), "d": d,
                                  "q": (t[inner].max() - lo) / (hi - lo)}))
     empty = pd.DataFrame({c: np.array([], float) for c in ("row", "cut", "r", "v0", "d", "q")})
-    return pd.concat(out, ignore_index=True) if out else empty
+    rows = pd.concat(out, ignore_index=True) if out else empty
+    rows.attrs["failed_cuts"] = failed
+    return rows
 
 
 def null_statistics(post, direction: dict, table: pd.DataFrame | None = None,
@@ -269,10 +286,7 @@ def null_statistics(post, direction: dict, table: pd.DataFrame | None = None,
     for b, y in enumerate(sims):
         if not np.all(np.isfinite(y) & (y > 0)):
             continue
-        try:
-            rows = rehearsal_rows(post, direction, table.assign(loss=y))
-        except FitError:
-            continue
+        rows = rehearsal_rows(post, direction, table.assign(loss=y))
         parts.append(rows.assign(rep=b, z=rows["r"] / np.sqrt(rows["v0"])))
     cols = ("cut", "mean", "var", "rho", "n_rep")
     if not parts:
@@ -409,9 +423,10 @@ def signature_grid(post, signature: str, calibrated: bool = False) -> dict:
     key = f"calibrated {signature}" if calibrated else signature
     if "mu" not in cache.get(key, {}):  # absent, or cached by a version without mu
         table = fitted_table(post)
-        parts = []
+        parts, failed = [], []
         for j, u in enumerate(directions(signature)):
             rows = rehearsal_rows(post, u, table)
+            failed += [f"{q:g} along {u}" for q in rows.attrs["failed_cuts"]]
             if calibrated and len(rows):
                 rows = calibrate_rows(rows, null_statistics(post, u, table))
             parts.append(rows.assign(block=[f"{j} {c}" for c in rows["cut"]]))
@@ -422,6 +437,8 @@ def signature_grid(post, signature: str, calibrated: bool = False) -> dict:
                          f"tau prior only: no rehearsal cut possible along {signature}")
         if calibrated and grid["n_rows"]:
             grid["basis"] += f", calibrated on {NULL_REPLICATES} replicate tables"
+        if failed:
+            grid["basis"] += f"; cuts without a finite inner mode skipped: {', '.join(failed)}"
         grid["basis"] += f"; {note}" if note else ""
         cache[key] = grid
     return cache[key]
