@@ -18,6 +18,11 @@ with a discrepancy smaller by ``q^a``; ``a`` in :data:`WIDTH_POWERS`), ``mu ~ N(
 integrated out in closed form and a half-normal prior on ``tau`` (scale :data:`TAU_SCALE`), the
 posterior of ``(p, a, tau)`` is computed on a grid and that of ``mu`` given them is normal; a
 forecast draws ``(p, tau, mu)`` per posterior draw from it (docs/forecasting.md).
+
+``discrepancy="calibrated"`` first calibrates the rehearsal against its own null: replicate tables
+drawn from the fitted model are rehearsed alike (:func:`null_statistics`), and their standardised
+residuals correct the table's rows and give the correlation of the rows a cut holds out
+(:func:`calibrate_rows`), with which each cut is scored.
 """
 from __future__ import annotations
 
@@ -29,9 +34,9 @@ import numpy as np
 import pandas as pd
 from scipy.spatial import ConvexHull, QhullError
 
+from ..errors import FitError
 from .model import theta_s_batch
 from .modes import find_modes, map_stage
-from ..errors import FitError
 from .predictive import ParamDraws, as_draws
 from .spec import data_pytree, make_spec
 
