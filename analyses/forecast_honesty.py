@@ -41,7 +41,8 @@ Splits (law as the project's analyses fit it):
 ``--only simulated`` is a benchmark on tables drawn from a known law (:func:`sim_cases`): per case
 20 replicate tables, a Laplace posterior of the right law (or of Chinchilla on a table with extra
 curvature in ``log N``), and coverage of the 50/90% intervals inside and beyond the fitted range
-with the discrepancy off and by default, with the mean ratio of their 90% widths
+with the discrepancy off, by default and calibrated against the rehearsal's null
+(:data:`SIM_VARIANTS`), with the mean ratio of their 90% widths to the discrepancy-free one
 (``out/forecast_honesty/simulated.md``; replicates cached per interval method version). One
 process compiles each law once, so it runs fastest serially.
 
