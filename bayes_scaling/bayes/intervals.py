@@ -18,6 +18,11 @@ with a discrepancy smaller by ``q^a``; ``a`` in :data:`WIDTH_POWERS`), ``mu ~ N(
 integrated out in closed form and a half-normal prior on ``tau`` (scale :data:`TAU_SCALE`), the
 posterior of ``(p, a, tau)`` is computed on a grid and that of ``mu`` given them is normal; a
 forecast draws ``(p, tau, mu)`` per posterior draw from it (docs/forecasting.md).
+
+``discrepancy="calibrated"`` first calibrates the rehearsal against its own null: replicate tables
+drawn from the fitted model are rehearsed alike (:func:`null_statistics`), and their standardised
+residuals correct the table's rows and give the correlation of the rows a cut holds out
+(:func:`calibrate_rows`), with which each cut is scored.
 """
 from __future__ import annotations
 
@@ -29,15 +34,16 @@ import numpy as np
 import pandas as pd
 from scipy.spatial import ConvexHull, QhullError
 
+from ..errors import FitError
 from .model import theta_s_batch
-from .modes import find_modes
-from .predictive import ParamDraws
+from .modes import find_modes, map_stage
+from .predictive import ParamDraws, as_draws
 from .spec import data_pytree, make_spec
 
-__all__ = ["CUTS", "INTERVAL_VERSION", "MU_SCALE", "POWERS", "TAU_GRID", "TAU_SCALE",
-           "WIDTH_POWERS", "directions", "extrapolation",
-           "fitted_table", "input_columns", "rehearsal_rows", "rehearsal_spec",
-           "sample_discrepancy", "signature_grid", "tau_posterior"]
+__all__ = ["CUTS", "INTERVAL_VERSION", "MU_SCALE", "NULL_REPLICATES", "POWERS", "TAU_GRID",
+           "TAU_SCALE", "WIDTH_POWERS", "calibrate_rows", "directions", "extrapolation",
+           "fitted_table", "input_columns", "null_statistics", "rehearsal_rows",
+           "rehearsal_spec", "sample_discrepancy", "signature_grid", "tau_posterior"]
 
 #: Cut points of a rehearsal: the rows beyond these fractions of an axis' log range are held out.
 CUTS = (0.6, 0.75, 0.85)
@@ -58,6 +64,10 @@ INTERVAL_VERSION = "shift-width-1"
 #: The grid the posterior of ``tau`` is computed on.
 TAU_GRID = np.linspace(0.0, 2.0, 801)
 REHEARSAL_DRAWS = 400
+#: Starts of the multi-start MAP of an inner fit that the full table's modes do not start.
+MAP_STARTS = 8
+#: Replicate tables of the rehearsal's null calibration (:func:`null_statistics`).
+NULL_REPLICATES = 20
 #: A row closer than this to the fitted hull (in scaled log units) is inside it.
 HULL_TOL = 1e-9
 
@@ -172,11 +182,17 @@ def _laplace_log_draws(spec, starts, train, test, seed):
     """Log predictive draws ``(S, m)`` at ``test`` of the Laplace posterior fitted on ``train``:
     damped Newton from ``starts`` (the full table's modes, ``{name: (k,)}``) to the inner table's
     mode, then Gaussian draws in the sampling coordinates, as ``fit_posterior(method="laplace")``.
+    When no finite mode is reached from ``starts``, the inner mode is searched from
+    :data:`MAP_STARTS` random starts (the multi-start MAP of a fit).
     """
     law = spec.law
     data = data_pytree(spec, spec.space.validate(train))
     u0 = np.atleast_2d(np.asarray(spec.u(starts)))
-    top = find_modes(spec, data, u0, np.arange(len(u0), dtype=float))[0]
+    try:
+        top = find_modes(spec, data, u0, np.arange(len(u0), dtype=float))[0]
+    except FitError:  # no finite mode from the full table's modes: multi-start MAP, as a fit does
+        _, _, _, (u_ok, v_ok) = map_stage(spec, data, MAP_STARTS, seed, 1000)
+        top = find_modes(spec, data, u_ok, v_ok)[0]
     z = np.random.default_rng(seed).standard_normal((REHEARSAL_DRAWS, len(top.s)))
     theta = theta_s_batch(spec)(jnp.asarray(top.s + z @ top.chol.T), data["ref"])
     S = REHEARSAL_DRAWS
@@ -211,6 +227,9 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
     predictive median), predictive variance ``v0``, distance ``d`` from the inner table and the
     inner table's width along the direction as a fraction ``q`` of the full table's.
 
+    A cut whose inner fit finds no finite mode is skipped and listed in
+    ``rows.attrs["failed_cuts"]``.
+
     Returns:
         one row per (cut, held-out row): ``row`` (index in the table), ``cut``, ``r``, ``v0``,
         ``d``, ``q``. Empty when no cut is possible.
@@ -223,7 +242,7 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
     t = F @ np.array([direction.get(c, 0.0) for c in cols])
     lo, hi = t.min(), t.max()
     n_min = len(post.settings["free"]) + 3
-    out, seen = [], set()
+    out, seen, failed = [], set(), []
     for q in CUTS:
         inner = t <= lo + q * (hi - lo) + 1e-12
         key = tuple(np.flatnonzero(inner))
@@ -231,16 +250,99 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
             continue
         seen.add(key)
         train, test = table[inner], table[~inner]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            y = _laplace_log_draws(spec, starts, train, test, seed=len(seen))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                y = _laplace_log_draws(spec, starts, train, test, seed=len(seen))
+        except FitError:
+            failed.append(q)
+            continue
         d, _ = extrapolation(train, test, columns)
         r = np.log(np.asarray(test["loss"], float)) - np.nanmedian(y, 0)
         out.append(pd.DataFrame({"row": np.flatnonzero(~inner), "cut": q, "r": r,
                                  "v0": np.nanvar(y, 0), "d": d,
                                  "q": (t[inner].max() - lo) / (hi - lo)}))
     empty = pd.DataFrame({c: np.array([], float) for c in ("row", "cut", "r", "v0", "d", "q")})
-    return pd.concat(out, ignore_index=True) if out else empty
+    rows = pd.concat(out, ignore_index=True) if out else empty
+    rows.attrs["failed_cuts"] = failed
+    return rows
+
+
+def null_statistics(post, direction: dict, table: pd.DataFrame | None = None,
+                    n_rep: int = NULL_REPLICATES, seed: int = 0) -> pd.DataFrame:
+    """What the rehearsal along ``direction`` reports when the law is right: per cut, statistics
+    of the standardised residuals ``z = r / sqrt(v0)`` of :func:`rehearsal_rows` over ``n_rep``
+    replicate tables drawn from the posterior predictive of the full table (one posterior draw of
+    the parameters and the noise scale per replicate, at the table's own rows).
+
+    The replicates are rehearsed exactly as the table is (same cuts, inner fits, starts), so the
+    statistics measure, under the fitted model itself, the inner fits' bias (``mean``), the
+    under-statement of their predictive variance (``var`` above 1) and the correlation ``rho``
+    of the rows one cut holds out (they share the inner fit's parameter error): with ``n`` rows
+    and the variance ``var_m`` over replicates of their mean ``z``,
+    ``rho = (var_m / var - 1 / n) / (1 - 1 / n)`` (equicorrelated rows), in ``[0, 0.99]``.
+
+    Returns:
+        one row per cut: ``cut``, ``mean``, ``var``, ``rho`` and ``n_rep`` (replicates rehearsed).
+    """
+    table = fitted_table(post) if table is None else table
+    sims = as_draws(post, max_draws=n_rep).predict_draws(table, "predictive", seed=seed)
+    parts = []
+    for b, y in enumerate(sims):
+        if not np.all(np.isfinite(y) & (y > 0)):
+            continue
+        rows = rehearsal_rows(post, direction, table.assign(loss=y))
+        parts.append(rows.assign(rep=b, z=rows["r"] / np.sqrt(rows["v0"])))
+    cols = ("cut", "mean", "var", "rho", "n_rep")
+    if not parts:
+        return pd.DataFrame({c: np.array([], float) for c in cols})
+    null = pd.concat(parts, ignore_index=True)
+    null = null[np.isfinite(null["z"])]
+    out = []
+    for cut, g in null.groupby("cut"):
+        var = float(g["z"].var())
+        n = g.groupby("rep")["z"].size().max()
+        var_m = float(g.groupby("rep")["z"].mean().var())
+        rho = (var_m / var - 1 / n) / (1 - 1 / n) if n > 1 and var > 0 else 0.0
+        out.append((cut, float(g["z"].mean()), var, float(np.clip(rho, 0.0, 0.99)),
+                    g["rep"].nunique()))
+    return pd.DataFrame(out, columns=cols)
+
+
+def calibrate_rows(rows: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
+    """Rehearsal rows corrected by their null (:func:`null_statistics`): with the cut's null mean
+    ``m`` and variance ``s2`` of ``r / sqrt(v0)``, ``r <- r - m sqrt(v0)`` and
+    ``v0 <- v0 max(s2, 1)``, and the cut's correlation ``rho`` attached. Under the fitted model
+    the corrected ``r / sqrt(v0)`` then has mean 0 and variance at most 1. A cut without null
+    statistics is left as it is (``rho = 0``)."""
+    s = stats.set_index("cut")
+    m = rows["cut"].map(s["mean"]).fillna(0.0).to_numpy(float)
+    s2 = np.maximum(rows["cut"].map(s["var"]).fillna(1.0).to_numpy(float), 1.0)
+    v0 = rows["v0"].to_numpy(float)
+    return rows.assign(r=rows["r"].to_numpy(float) - m * np.sqrt(v0), v0=v0 * s2,
+                       rho=rows["cut"].map(s["rho"]).fillna(0.0).to_numpy(float))
+
+
+def _block_terms(r, v0, g, w, rho, tau):
+    """For one block of rows with weights ``w`` sharing a correlation ``rho``, over the grid
+    ``tau`` (``(T, 1)``): the weighted ``log det V``, ``r' V^-1 r``, ``g' V^-1 r`` and
+    ``g' V^-1 g`` (``(T,)`` each). ``rho = 0``: ``V = diag(v0 + tau^2 g^2)``, each row weighted by
+    its ``w``. ``rho > 0``: ``V = diag((1 - rho) v0 + tau^2 g^2) + rho sqrt(v0) sqrt(v0)'``
+    (equicorrelated standardised rows; Sherman-Morrison for the rank-one part), the block
+    weighted by the mean of ``w``."""
+    dg = (1 - rho) * v0 + (tau * g) ** 2
+    if rho == 0:
+        return (np.sum(w * np.log(dg), 1), np.sum(w * r * r / dg, 1), np.sum(w * g * r / dg, 1),
+                np.sum(w * g * g / dg, 1))
+    u = np.sqrt(rho * v0)
+    c = 1.0 + np.sum(u**2 / dg, 1)
+
+    def form(x, y):
+        return np.sum(x * y / dg, 1) - np.sum(x * u / dg, 1) * np.sum(y * u / dg, 1) / c
+
+    wb = float(np.mean(w))
+    return (wb * (np.sum(np.log(dg), 1) + np.log(c)), wb * form(r, r), wb * form(g, r),
+            wb * form(g, g))
 
 
 def tau_posterior(rows: pd.DataFrame) -> dict:
@@ -257,6 +359,10 @@ def tau_posterior(rows: pd.DataFrame) -> dict:
     of scale :data:`TAU_SCALE`. A training row held out by several nested cuts enters with weight
     ``w_i = 1 / (times it is held out)``, so each row counts once in all. With no rows, the prior.
 
+    Rows with a correlation ``rho`` (:func:`calibrate_rows`) are scored per block of one cut and
+    direction (column ``block``; else ``cut``) with the equicorrelated covariance of
+    :func:`_block_terms` in place of ``diag(V)``, the block weighted by its rows' mean ``w``.
+
     Returns:
         ``{"p", "tau", "mu", "mu_sd", "w"}``: lists over the grid points of non-negligible weight
         (``mu``, ``mu_sd``: the normal posterior of ``mu`` at that point; JSON-serialisable), and
@@ -268,20 +374,26 @@ def tau_posterior(rows: pd.DataFrame) -> dict:
     w = 1.0 / rows.groupby("row")["row"].transform("count").to_numpy(float) if n else np.zeros(0)
     r, v0, d = (rows[k].to_numpy(float) for k in ("r", "v0", "d"))
     q = rows["q"].to_numpy(float) if "q" in rows else np.ones(n)
+    rho = rows["rho"].fillna(0.0).to_numpy(float) if "rho" in rows else np.zeros(n)
+    key = rows["block" if "block" in rows else "cut"].to_numpy()
+    blocks = [np.flatnonzero(key == k) for k in pd.unique(key)]
     tau = TAU_GRID[:, None]
+    prior = -0.5 * (TAU_GRID / TAU_SCALE) ** 2
     logp, ps, taus, mus, sds = [], [], [], [], []
     for p in POWERS:
         for a in WIDTH_POWERS:
             g = d**p * q**a
-            var = v0 + (tau * g) ** 2
-            ll = np.sum(w * (-0.5 * np.log(var) - 0.5 * r**2 / var), 1)
-            s2 = 1.0 / (1.0 / MU_SCALE**2 + np.sum(w * g**2 / var, 1))
-            b = np.sum(w * g * r / var, 1)
-            logp.append(ll + 0.5 * b**2 * s2 + 0.5 * np.log(s2 / MU_SCALE**2)
-                        - 0.5 * (TAU_GRID / TAU_SCALE) ** 2)
+            ll, A, B = np.zeros(TAU_GRID.size), np.zeros(TAU_GRID.size), np.zeros(TAU_GRID.size)
+            for i in blocks:
+                logdet, rr, gr, gg = _block_terms(r[i], v0[i], g[i], w[i], rho[i].mean(), tau)
+                ll += -0.5 * logdet - 0.5 * rr
+                A += gg
+                B += gr
+            s2 = 1.0 / (1.0 / MU_SCALE**2 + A)
+            logp.append(ll + 0.5 * B**2 * s2 + 0.5 * np.log(s2 / MU_SCALE**2) + prior)
             ps.append(np.full(TAU_GRID.size, p))
             taus.append(TAU_GRID)
-            mus.append(b * s2)
+            mus.append(B * s2)
             sds.append(np.sqrt(s2))
     logp, ps, taus, mus, sds = map(np.concatenate, (logp, ps, taus, mus, sds))
     wt = np.exp(logp - logp.max())
@@ -304,21 +416,34 @@ def sample_discrepancy(grid: dict, d: np.ndarray, n_draws: int, rng):
     return mu[:, None] * dp, tau[:, None] * dp, tau
 
 
-def signature_grid(post, signature: str) -> dict:
+def signature_grid(post, signature: str, calibrated: bool = False) -> dict:
     """The grid posterior of the discrepancy (:func:`tau_posterior`) for rows leaving the fitted
     range along ``signature`` (:func:`extrapolation`): rehearsal rows pooled over its directions,
     cached in ``post.settings["discrepancy_grid"]`` (saved with the posterior; a grid saved without
     ``mu`` is recomputed). ``basis`` says what it rests on (the rehearsal's rows, or the prior
-    alone when no cut was possible)."""
+    alone when no cut was possible). ``calibrated``: each direction's rows are first corrected by
+    the rehearsal's null (:func:`null_statistics`, :func:`calibrate_rows`) and scored per cut with
+    its correlation (cached under ``"calibrated " + signature``)."""
     cache = post.settings.setdefault("discrepancy_grid", {})
-    if "mu" not in cache.get(signature, {}):  # absent, or cached by a version without mu
+    key = f"calibrated {signature}" if calibrated else signature
+    if "mu" not in cache.get(key, {}):  # absent, or cached by a version without mu
         table = fitted_table(post)
-        parts = [rehearsal_rows(post, u, table) for u in directions(signature)]
+        parts, failed = [], []
+        for j, u in enumerate(directions(signature)):
+            rows = rehearsal_rows(post, u, table)
+            failed += [f"{q:g} along {u}" for q in rows.attrs["failed_cuts"]]
+            if calibrated and len(rows):
+                rows = calibrate_rows(rows, null_statistics(post, u, table))
+            parts.append(rows.assign(block=[f"{j} {c}" for c in rows["cut"]]))
         grid = tau_posterior(pd.concat(parts, ignore_index=True))
         _, note = rehearsal_spec(post)
         grid["basis"] = (f"rehearsal on {grid['n_rows']} training rows beyond cuts along "
                          f"{signature}" if grid["n_rows"] else
                          f"tau prior only: no rehearsal cut possible along {signature}")
+        if calibrated and grid["n_rows"]:
+            grid["basis"] += f", calibrated on {NULL_REPLICATES} replicate tables"
+        if failed:
+            grid["basis"] += f"; cuts without a finite inner mode skipped: {', '.join(failed)}"
         grid["basis"] += f"; {note}" if note else ""
-        cache[signature] = grid
-    return cache[signature]
+        cache[key] = grid
+    return cache[key]

@@ -136,6 +136,8 @@ class Posterior:
           :func:`extrapolation_distance` and ``(p_s, tau_s, mu_s)`` drawn per posterior draw from
           their posterior given a leave-future-out rehearsal on the training table (computed when
           first needed, cached in ``settings``);
+        - ``"calibrated"``: the same, with the rehearsal's residuals first corrected by what the
+          same rehearsal reports on replicate tables drawn from the fitted model (its null);
         - a number ``tau``: ``delta ~ N(0, (tau d)^2)``;
         - ``0`` or ``"off"``: no discrepancy (the fitted noise only).
 
@@ -170,10 +172,11 @@ class Posterior:
         mode = self.settings.get("discrepancy", "auto") if discrepancy is None else discrepancy
         if not isinstance(df, pd.DataFrame):
             df = pd.DataFrame(df)
-        if mode != "auto" and mode != "off" and not isinstance(mode, (int, float)):
-            raise BayesScalingError(f"discrepancy must be 'auto', 'off' or a number >= 0 (a fixed "
-                                    f"tau), got {mode!r}")
-        if mode == "auto":
+        rehearsed = mode in ("auto", "calibrated")
+        if not rehearsed and mode != "off" and not isinstance(mode, (int, float)):
+            raise BayesScalingError(f"discrepancy must be 'auto', 'calibrated', 'off' or a number "
+                                    f">= 0 (a fixed tau), got {mode!r}")
+        if rehearsed:
             d, sigs = extrapolation(fitted_table(self), df, input_columns(self.law))
         else:
             d = extrapolation_distance(self, df)
@@ -181,7 +184,7 @@ class Posterior:
                              "discrepancy_shift": 0.0, "discrepancy_basis": ""})
         if mode == "off" or not mode or not (d > 0).any():
             return None, None, info
-        if mode != "auto":
+        if not rehearsed:
             if mode < 0:
                 raise BayesScalingError(f"a fixed discrepancy tau must be >= 0, got {mode}")
             info.loc[d > 0, ["discrepancy_tau", "discrepancy_basis"]] = [float(mode), "fixed tau"]
@@ -190,7 +193,7 @@ class Posterior:
         rng = np.random.default_rng(seed)
         for sig in sorted(set(sigs) - {""}):
             rows = np.flatnonzero(sigs == sig)
-            grid = signature_grid(self, sig)
+            grid = signature_grid(self, sig, calibrated=mode == "calibrated")
             loc[:, rows], scale[:, rows], tau = sample_discrepancy(grid, d[rows], n_draws, rng)
             info.loc[rows, "discrepancy_tau"] = float(np.median(tau))
             info.loc[rows, "discrepancy_shift"] = np.median(loc[:, rows], 0)
