@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from bayes_scaling.bayes import use_chain_devices  # noqa: E402
 from bayes_scaling.calibration import calibrate  # noqa: E402
-from scaleout import get_executor  # noqa: E402
+import scaleout  # noqa: E402
 
 OUT = ROOT / "analyses" / "out" / "bayes_calibration"
 
@@ -74,12 +74,7 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=1000, help="NUTS warm-up steps (default 1000)")
     ap.add_argument("--samples", type=int, default=1000, help="NUTS draws per chain (default 1000)")
     ap.add_argument("--only", nargs="*", default=None)
-    ap.add_argument("--executor", choices=("serial", "local", "ray"), default="serial",
-                    help="where the per-dataset fits run (default: serially in this process)")
-    ap.add_argument("--workers", type=int, default=None,
-                    help="local processes for --executor local (default: the CPU count)")
-    ap.add_argument("--ray-address", default=None,
-                    help="Ray cluster to join ('auto' or ray://host:10001); none: start one here")
+    scaleout.add_arguments(ap, executor="serial", workers=None, what="per-dataset fits")
     args = ap.parse_args(argv)
     n = 8 if args.quick else args.n
     OUT.mkdir(parents=True, exist_ok=True)
@@ -89,10 +84,10 @@ def main(argv=None):
         use_chain_devices(args.chains)
         fit_kwargs.update(num_chains=args.chains, num_warmup=args.warmup, num_samples=args.samples)
     results, tables = [], []
-    options = {"ray": {"address": args.ray_address}, "local": {"workers": args.workers}}
+    options = {}
     if args.executor == "ray" and "XLA_FLAGS" in os.environ:  # the chains' devices, on every node
-        options["ray"]["runtime_env"] = {"env_vars": {"XLA_FLAGS": os.environ["XLA_FLAGS"]}}
-    with get_executor(args.executor, **options.get(args.executor, {})) as executor:
+        options["runtime_env"] = {"env_vars": {"XLA_FLAGS": os.environ["XLA_FLAGS"]}}
+    with scaleout.from_arguments(args, **options) as executor:
         for law, design in (("chinchilla", chinchilla_design), ("ptpp_gated_floor", ptpp_design)):
             if args.only and law not in args.only:
                 continue

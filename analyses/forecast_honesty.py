@@ -80,7 +80,7 @@ import m3_common
 import bayes_scaling as bs
 from bayes_scaling import evaluate as ev
 from bayes_scaling.errors import BayesScalingError, SplitSkipped
-from scaleout import get_executor
+import scaleout
 
 try:
     from tqdm import tqdm
@@ -827,9 +827,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one split per dataset")
     ap.add_argument("--nuts", action="store_true", help="NUTS posteriors instead of Laplace")
-    ap.add_argument("--executor", choices=("serial", "local", "ray"), default="serial")
-    ap.add_argument("--workers", type=int, default=2, help="processes of the local pool")
-    ap.add_argument("--ray-address", help="Ray cluster to join ('auto'); none: start one here")
+    scaleout.add_arguments(ap, executor="serial", workers=2, what="units")
     ap.add_argument("--variants", default="before,after", help="predictives to score")
     ap.add_argument("--only", nargs="*", help="datasets to run (e.g. epoch bible_m3); "
                     "'simulated': the benchmark on tables from a known law")
@@ -840,12 +838,11 @@ def main(argv=None) -> int:
     method = "nuts" if a.nuts else "laplace"
     variants = [v for v in a.variants.split(",") if v in VARIANTS]
     if a.only and "simulated" in a.only:
-        print(simulated(a.seeds, get_executor(a.executor, workers=a.workers,
-                                              address=a.ray_address)))
+        print(simulated(a.seeds, scaleout.from_arguments(a)))
         if a.only == ["simulated"]:
             return 0
     units = all_units(quick=a.quick)
-    executor = get_executor(a.executor, workers=a.workers, address=a.ray_address)
+    executor = scaleout.from_arguments(a)
     if a.only:
         units = [u for u in units if u.dataset.split("/")[0] in a.only]
     if not a.summary:

@@ -22,6 +22,8 @@ import contextlib
 import sys
 import warnings
 
+import scaleout
+
 from .cli_commands import (
     cmd_datasets,
     cmd_demo,
@@ -142,11 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("train", help="run or resume a training sweep from a TOML config")
     s.add_argument("config", help="sweep config, e.g. training/configs/ptpp.toml")
-    s.add_argument("--workers", type=int, default=1, help="independent runs in parallel")
-    s.add_argument("--executor", choices=("serial", "local", "ray"),
-                   help="where runs execute: serial, local (--workers processes) or ray "
-                        "(default: serial for --workers 1, else local)")
-    s.add_argument("--ray-address", help="Ray cluster to join ('auto'); none: start one here")
+    scaleout.add_arguments(s, executor=None, workers=1, what="runs", compile_cache=False)
     s.add_argument("--out-dir", help="override the config's out_dir (on a cluster: a path every "
                                      "node reads)")
     s.add_argument("--export", help="also write the loss table to this CSV at the end")

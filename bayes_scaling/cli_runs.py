@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scaleout import get_executor
+import scaleout
 
 from . import design, scalebench
 from .cli_input import source_tree_script
@@ -40,7 +40,7 @@ def cmd_design(args) -> None:
     task_name = folder.name
     laws = args.laws or list(scalebench.task_laws(task_name))
     tables = []
-    with get_executor(args.executor, workers=args.workers, address=args.ray_address) as executor:
+    with scaleout.from_arguments(args) as executor:
         for law_id in laws:
             task = design.scalebench_task(task_name, law_id, data_dir=folder.parent,
                                           budgets=args.budgets)
@@ -63,9 +63,5 @@ def add_design_parser(sub) -> None:
     s.add_argument("--seeds", type=int, default=10, help="seeds 0 .. n-1")
     s.add_argument("--budgets", type=float, nargs="*", default=[0.01, 0.05, 0.1])
     s.add_argument("--out", help="write the table as CSV")
-    s.add_argument("--executor", choices=("serial", "local", "ray"), default="serial",
-                   help="where the seeds run: in this process, a local process pool "
-                        "(--workers) or a Ray cluster")
-    s.add_argument("--workers", type=int, default=2, help="processes of the local pool")
-    s.add_argument("--ray-address", help="Ray cluster to join ('auto'); none: start one here")
+    scaleout.add_arguments(s, executor="serial", workers=2, what="seeds")
     s.set_defaults(func=cmd_design)

@@ -12,15 +12,21 @@ Threads: the serial run is one process, whose XLA programs may use every core fo
 prints the CPU seconds it used per wall second); Ray runs one task per CPU, each on one thread
 (``scaleout.worker_env``: OpenMP and XLA).
 
+With ``--compile-cache`` each side starts from an empty persistent compilation cache of its own
+(a temporary directory), shared by the workers, the first job running alone (as in
+``benchmarks/scaleout_speed.py``).
+
 Usage:
     .venv/bin/python benchmarks/scalebench_speed.py [--task T] [--laws sl_1,sl_2]
-        [--methods bayes] [--seeds 0] [--data-dir DIR] [--executor ray|local] [--write]
+        [--methods bayes] [--seeds 0] [--data-dir DIR] [--executor ray|local] [--compile-cache]
+        [--write]
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,7 +38,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from _report import write_speedup
 
 import bayes_scaling as bs
-from scaleout import get_executor
+from scaleout import get_executor, use_compile_cache
 
 KEY = ["task", "law", "method", "seed"]
 
@@ -64,6 +70,8 @@ def main(argv=None):
                     help="ScaleBench folder (default: $BAYES_SCALING_SCALEBENCH, else "
                          "shared/datasets/scalebench beside the checkout)")
     ap.add_argument("--executor", choices=("ray", "local"), default="ray")
+    ap.add_argument("--compile-cache", action="store_true",
+                    help="each side with an empty persistent compilation cache of its own")
     ap.add_argument("--write", action="store_true", help="record the result in BENCHMARKS.md")
     args = ap.parse_args(argv)
     laws = args.laws.split(",") if args.laws else list(bs.scalebench.task_laws(args.task))
@@ -72,10 +80,15 @@ def main(argv=None):
              for m in args.methods.split(",")]
     print(f"{len(items)} jobs: {args.task}, {len(laws)} laws, methods {args.methods}, "
           f"seeds {args.seeds}", flush=True)
+    caches = tempfile.TemporaryDirectory()
+    options = {}
+    if args.compile_cache:
+        use_compile_cache(Path(caches.name) / "serial")
+        options["compile_cache"] = Path(caches.name) / args.executor
     serial, t_serial, cpu_serial = run(items, "serial")
     print(f"serial: {t_serial:.0f} s ({cpu_serial / t_serial:.2f} CPU s per s)", flush=True)
     t = time.perf_counter()
-    with get_executor(args.executor) as ex:
+    with get_executor(args.executor, **options) as ex:
         t_start = time.perf_counter() - t
         parallel, t_par, _ = run(items, ex)
     t_par += t_start
@@ -88,14 +101,18 @@ def main(argv=None):
     print(f"speed-up {ratio:.2f}x on {os.cpu_count()} cores; {same}")
     if args.write:
         command = (f"benchmarks/scalebench_speed.py --task {args.task} --methods {args.methods} "
-                   f"--seeds {args.seeds} --executor {args.executor} --write"
+                   f"--seeds {args.seeds} --executor {args.executor} "
+                   + "--compile-cache " * args.compile_cache + "--write"
                    + (f" --laws {args.laws}" if args.laws else ""))
         job_s = serial.groupby(KEY)["seconds"].max()
         write_speedup(
-            f"Scale-out: ScaleBench on {args.executor}", command,
+            f"Scale-out: ScaleBench on {args.executor}" + ", compilation cache" * args.compile_cache,
+            command,
             (f"{len(items)} ScaleBench jobs ({args.task}, {len(laws)} laws, methods "
              f"{args.methods}, seeds {args.seeds}) on {os.cpu_count()} cores, in one process: "
-             f"serially, then one {args.executor} task per job."),
+             f"serially, then one {args.executor} task per job"
+             + (" (each side with an empty compilation cache of its own; the first task alone)."
+                if args.compile_cache else ".")),
             args.executor, (t_serial, cpu_serial / t_serial), (t_par, t_start),
             (f"Speed-up {ratio:.2f}x; {same} (job times aside). Median job {job_s.median():.0f} s, "
              f"mean {job_s.mean():.0f} s (the serial run's `seconds`)."))

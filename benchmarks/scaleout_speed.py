@@ -15,15 +15,21 @@ vectorized`` a fit is one program on one device, and the serial baseline uses ab
 thread pool (what a user gets); each worker runs on one thread (``scaleout.worker_env``), its
 host-device count included.
 
+With ``--compile-cache`` each side starts from an empty persistent compilation cache of its own
+(a temporary directory): the serial process loads the samplers NumPyro rebuilds for every fit
+instead of compiling them again, and the workers share theirs, the first job running alone so
+that the others load what it compiled (``scaleout.WorkerExecutor``).
+
 Usage:
     .venv/bin/python benchmarks/scaleout_speed.py [--n 4] [--warmup 500] [--samples 500]
-        [--chains-on parallel|vectorized] [--executor ray|local] [--write]
+        [--chains-on parallel|vectorized] [--executor ray|local] [--compile-cache] [--write]
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,7 +43,7 @@ from bayes_calibration import plausible, ptpp_design
 
 from bayes_scaling.bayes import use_chain_devices
 from bayes_scaling.calibration import calibrate
-from scaleout import get_executor
+from scaleout import get_executor, use_compile_cache
 
 CHAINS = 4
 
@@ -59,16 +65,23 @@ def main(argv=None):
     ap.add_argument("--chains-on", choices=("parallel", "vectorized"), default="parallel",
                     help="one host device per chain (default), or all chains in one program")
     ap.add_argument("--executor", choices=("ray", "local"), default="ray")
+    ap.add_argument("--compile-cache", action="store_true",
+                    help="each side with an empty persistent compilation cache of its own")
     ap.add_argument("--write", action="store_true", help="record the result in BENCHMARKS.md")
     args = ap.parse_args(argv)
     if args.chains_on == "parallel":
         use_chain_devices(CHAINS)  # before JAX starts; workers get the same devices per chain
     fit_kwargs = {"n_starts": 8, "num_chains": CHAINS, "num_warmup": args.warmup,
                   "num_samples": args.samples, "chain_method": args.chains_on}
+    caches = tempfile.TemporaryDirectory()
+    options = {}
+    if args.compile_cache:
+        use_compile_cache(Path(caches.name) / "serial")
+        options["compile_cache"] = Path(caches.name) / args.executor
     serial, t_serial, cpu_serial = run(args.n, "serial", fit_kwargs)
     print(f"serial: {t_serial:.0f} s ({cpu_serial / t_serial:.2f} CPU s per s)", flush=True)
     t = time.perf_counter()
-    with get_executor(args.executor) as ex:
+    with get_executor(args.executor, **options) as ex:
         t_start = time.perf_counter() - t
         parallel, t_par, _ = run(args.n, ex, fit_kwargs)
     t_par += t_start
@@ -88,16 +101,18 @@ def main(argv=None):
         fit_s = serial["seconds"].median()
         command = (f"benchmarks/scaleout_speed.py --n {args.n} --warmup {args.warmup} --samples "
                    f"{args.samples} --chains-on {args.chains_on} --executor {args.executor} "
-                   "--write")
+                   + "--compile-cache " * args.compile_cache + "--write")
         chains = (f"chains in parallel on {CHAINS} host devices" if args.chains_on == "parallel"
                   else "chains vectorised in one program")
-        heading = f"Scale-out: calibration study on {args.executor}, chains {args.chains_on}"
+        heading = (f"Scale-out: calibration study on {args.executor}, chains {args.chains_on}"
+                   + ", compilation cache" * args.compile_cache)
         write_speedup(
             heading, command,
             (f"Reduced Form-3 NUTS calibration ({args.n} prior-drawn tables, {CHAINS} chains x "
              f"{args.samples} draws after {args.warmup} warm-up steps, {chains}) on "
              f"{os.cpu_count()} cores, in one process: serially, then one {args.executor} task "
-             "per table."),
+             "per table" + (" (each side with an empty compilation cache of its own; the first "
+                            "task alone)." if args.compile_cache else ".")),
             args.executor, (t_serial, cpu_serial / t_serial), (t_par, t_start),
             (f"Speed-up {ratio:.2f}x; {same} (fit times aside). Median posterior fit "
              f"{fit_s:.0f} s (the serial run's `seconds`)."))

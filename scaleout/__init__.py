@@ -17,13 +17,15 @@ neither ``bayes_scaling`` nor ``training``, so both can use it.
 """
 from __future__ import annotations
 
-from .base import Executor, ScaleoutError, WorkerDiedError, worker_env
+from .base import (Executor, ScaleoutError, WorkerDiedError, compile_cache_env, use_compile_cache,
+                   worker_env)
 from .local import LocalExecutor, SerialExecutor
 
 KINDS = ("serial", "local", "ray")
 
 __all__ = ["KINDS", "Executor", "LocalExecutor", "ScaleoutError", "SerialExecutor",
-           "WorkerDiedError", "get_executor", "worker_env"]
+           "WorkerDiedError", "add_arguments", "compile_cache_env", "from_arguments",
+           "get_executor", "use_compile_cache", "worker_env"]
 
 
 def get_executor(kind="local", *, workers: int | None = None, address: str | None = None,
@@ -39,8 +41,10 @@ def get_executor(kind="local", *, workers: int | None = None, address: str | Non
             starts a local cluster sized to the machine and shuts it down on exit (a Ray runtime
             already started in this process is used as it is and left running).
         max_retries: times a job is run again after its worker process died.
-        **options: passed to the executor (local: ``initializer``, ``initargs``; Ray:
-            ``num_cpus`` of a started cluster, ``cpus_per_job``, ``runtime_env``).
+        **options: passed to the executor (local and Ray: ``compile_cache``, a directory of
+            compiled programs the workers share, :func:`compile_cache_env`; local:
+            ``initializer``, ``initargs``; Ray: ``num_cpus`` of a started cluster,
+            ``cpus_per_job``, ``runtime_env``).
     """
     if not isinstance(kind, str):
         if not callable(getattr(kind, "map", None)):
@@ -48,7 +52,7 @@ def get_executor(kind="local", *, workers: int | None = None, address: str | Non
                                 f"items) method; got {type(kind).__name__}")
         return Borrowed(kind)
     if kind == "serial":
-        return SerialExecutor()
+        return SerialExecutor(compile_cache=options.get("compile_cache"))
     if kind == "local":
         return LocalExecutor(workers, max_retries=max_retries, **options)
     if kind == "ray":
@@ -56,6 +60,36 @@ def get_executor(kind="local", *, workers: int | None = None, address: str | Non
 
         return RayExecutor(address, max_retries=max_retries, **options)
     raise ScaleoutError(f"unknown executor {kind!r}; use one of {KINDS} (e.g. --executor local)")
+
+
+def add_arguments(parser, *, executor: str | None = "serial", workers: int | None = 2,
+                  what: str = "jobs", compile_cache: bool = True) -> None:
+    """The executor options of a command line: ``--executor``, ``--workers``, ``--ray-address``
+    and (for JAX work) ``--compile-cache``, read back by :func:`from_arguments`. ``executor`` and
+    ``workers`` are the command's defaults (``workers=None``: the machine's CPU count;
+    ``executor=None``: serial for one worker, else local)."""
+    default = (f"default {executor}" if executor else "default: serial for --workers 1, else local")
+    parser.add_argument("--executor", choices=KINDS, default=executor,
+                        help=f"what runs the {what}: serial (this process), local (a process pool "
+                             f"of --workers) or ray (a Ray cluster; {default})")
+    parser.add_argument("--workers", type=int, default=workers,
+                        help="processes of the local pool (default: "
+                             f"{workers or 'the CPU count'})")
+    parser.add_argument("--ray-address", default=None,
+                        help="Ray cluster to join ('auto' or ray://host:10001); none: start one "
+                             "here")
+    if compile_cache:
+        parser.add_argument("--compile-cache", metavar="DIR", default=None,
+                            help="directory of compiled programs the workers share (JAX's "
+                                 "persistent compilation cache; on a cluster, a path every node "
+                                 "mounts)")
+
+
+def from_arguments(args, **options) -> Executor:
+    """The executor :func:`add_arguments`' options ask for (``options`` as :func:`get_executor`
+    takes them)."""
+    options.setdefault("compile_cache", getattr(args, "compile_cache", None))
+    return get_executor(args.executor, workers=args.workers, address=args.ray_address, **options)
 
 
 class Borrowed(Executor):

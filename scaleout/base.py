@@ -2,11 +2,40 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 #: XLA options that keep a process's compiled programs on one thread (XLA's CPU backend
 #: otherwise spreads an operation over every core, whatever ``OMP_NUM_THREADS`` says).
 ONE_THREAD_XLA = ("--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1")
+
+
+def _cache_settings(path) -> dict:
+    return {"jax_compilation_cache_dir": str(path),
+            "jax_persistent_cache_min_compile_time_secs": 0.0,
+            "jax_persistent_cache_min_entry_size_bytes": -1,
+            "jax_compilation_cache_max_size": 2**30}
+
+
+def compile_cache_env(path) -> dict:
+    """Environment variables that give a process JAX's persistent compilation cache at ``path``:
+    every program it compiles is written there (whatever its compile time or size) and every
+    program found there is loaded instead of compiled. Workers given the same directory compile
+    a program once between them; on a cluster, a directory every node mounts makes it once per
+    cluster. Entries are keyed by the program's full text and JAX's version, so a stale entry is
+    never used; the size bound (1 GiB, least recently used first) also turns on JAX's file lock,
+    so concurrent workers never read a half-written entry."""
+    return {k.upper(): str(v) for k, v in _cache_settings(path).items()}
+
+
+def use_compile_cache(path) -> None:
+    """This process, and the processes it starts, use the persistent compilation cache at
+    ``path`` (:func:`compile_cache_env`), whether JAX is imported yet or not."""
+    os.environ.update(compile_cache_env(path))
+    jax = sys.modules.get("jax")  # already imported: its settings were read from the environment
+    if jax is not None:
+        for name, value in _cache_settings(path).items():
+            jax.config.update(name, value)
 
 
 class ScaleoutError(RuntimeError):
@@ -57,3 +86,25 @@ class Executor:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class WorkerExecutor(Executor):
+    """An executor that starts worker processes of its own. With ``first_alone`` the first job
+    runs by itself before the others are submitted: the programs it compiles reach the shared
+    compilation cache (``compile_cache``) before any other worker starts, so they are compiled
+    once rather than once per worker at the same moment."""
+
+    first_alone = False
+
+    def submit_iter(self, fn, items):
+        items = list(items)
+        if not self.first_alone or len(items) < 2:
+            yield from self.run_iter(fn, items)
+            return
+        yield from self.run_iter(fn, items[:1])
+        for i, result in self.run_iter(fn, items[1:]):
+            yield i + 1, result
+
+    def run_iter(self, fn, items: list) -> Iterator[tuple[int, object]]:
+        """Submit every item at once; yield ``(index, result)`` as jobs finish."""
+        raise NotImplementedError

@@ -10,11 +10,17 @@ from contextlib import contextmanager
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import resource_tracker
 
-from .base import Executor, ScaleoutError, WorkerDiedError, worker_env
+from .base import (Executor, ScaleoutError, WorkerDiedError, WorkerExecutor, compile_cache_env,
+                   use_compile_cache, worker_env)
 
 
 class SerialExecutor(Executor):
-    """Runs every job in the calling process, one after another."""
+    """Runs every job in the calling process, one after another (with ``compile_cache``, this
+    process uses that persistent compilation cache from now on)."""
+
+    def __init__(self, *, compile_cache=None):
+        if compile_cache is not None:
+            use_compile_cache(compile_cache)
 
     def map(self, fn, items):
         return [fn(x) for x in items]
@@ -59,22 +65,27 @@ def _start_worker(initializer, initargs) -> None:
         initializer(*initargs)
 
 
-class LocalExecutor(Executor):
+class LocalExecutor(WorkerExecutor):
     """A pool of ``workers`` spawned processes. When a worker process dies (killed, out of memory)
     the pool breaks; it is replaced and every job that had not returned is submitted again, each
     at most ``max_retries`` times. ``initializer(*initargs)`` runs once in each worker.
 
     Each worker gets its share of the cores, ``cpu_count // workers`` threads (at least one):
     with one thread, its numerical libraries run single-threaded (:func:`worker_env`), so that
-    two workers on two cores do not each spread over both."""
+    two workers on two cores do not each spread over both. With ``compile_cache`` the workers
+    share that directory of compiled programs (:func:`compile_cache_env`) and, unless
+    ``first_alone`` is False, the first job runs alone (:class:`WorkerExecutor`)."""
 
     def __init__(self, workers: int | None = None, *, max_retries: int = 3, initializer=None,
-                 initargs=()):
+                 initargs=(), compile_cache=None, first_alone: bool | None = None):
         workers = (os.cpu_count() or 1) if workers is None else workers
         if workers < 1:
             raise ScaleoutError(f"workers must be >= 1, got {workers} (e.g. --workers 2)")
         self.workers, self.max_retries = int(workers), int(max_retries)
         self.env = worker_env(max(1, (os.cpu_count() or 1) // self.workers))
+        if compile_cache is not None:
+            self.env.update(compile_cache_env(compile_cache))
+        self.first_alone = compile_cache is not None if first_alone is None else first_alone
         self.initializer, self.initargs = initializer, tuple(initargs)
         self.pool: cf.ProcessPoolExecutor | None = None
 
@@ -90,8 +101,7 @@ class LocalExecutor(Executor):
         with _sigint_blocked(), _environ(self.env):
             return self._pool().submit(fn, x)
 
-    def submit_iter(self, fn, items):
-        items = list(items)
+    def run_iter(self, fn, items):
         attempts = [0] * len(items)
         pending = {self._submit(fn, x): i for i, x in enumerate(items)}
         try:

@@ -8,7 +8,7 @@ import sys
 import ray
 from ray.exceptions import WorkerCrashedError
 
-from .base import Executor, ScaleoutError, WorkerDiedError, worker_env
+from .base import ScaleoutError, WorkerDiedError, WorkerExecutor, compile_cache_env, worker_env
 
 
 def call(fn, x):
@@ -28,29 +28,38 @@ def same_imports(runtime_env: dict | None) -> dict:
     return runtime_env
 
 
-def with_thread_limits(runtime_env: dict | None, cpus_per_job: float) -> dict:
+def with_worker_env(runtime_env: dict | None, cpus_per_job: float, compile_cache=None) -> dict:
     """``runtime_env`` whose variables hold a task of ``cpus_per_job`` CPUs to that many threads
-    (:func:`worker_env`); variables ``runtime_env`` already sets are kept."""
+    (:func:`worker_env`) and, with ``compile_cache``, give the workers that directory of compiled
+    programs (:func:`compile_cache_env`); variables ``runtime_env`` already sets are kept."""
     runtime_env = dict(runtime_env or {})
-    runtime_env["env_vars"] = {**worker_env(cpus_per_job), **(runtime_env.get("env_vars") or {})}
+    env = worker_env(cpus_per_job)
+    if compile_cache is not None:
+        env.update(compile_cache_env(compile_cache))
+    runtime_env["env_vars"] = {**env, **(runtime_env.get("env_vars") or {})}
     return runtime_env
 
 
-class RayExecutor(Executor):
+class RayExecutor(WorkerExecutor):
     """Each item is one Ray task of ``cpus_per_job`` CPUs, run again up to ``max_retries`` times
     when its worker process dies (Ray's ``max_retries``; exceptions raised by the job are not
     retried). A Ray runtime already started in this process is used and left running.
 
     A task of fewer than two CPUs runs its numerical libraries, JAX included, on one thread
-    (:func:`worker_env`; variables given in ``runtime_env`` win)."""
+    (:func:`worker_env`; variables given in ``runtime_env`` win). With ``compile_cache`` the
+    workers share that directory of compiled programs (:func:`compile_cache_env`; on a cluster,
+    a path every node mounts) and, unless ``first_alone`` is False, the first job runs alone
+    (:class:`WorkerExecutor`)."""
 
     def __init__(self, address: str | None = None, *, max_retries: int = 3, num_cpus=None,
-                 cpus_per_job: float = 1, runtime_env: dict | None = None):
+                 cpus_per_job: float = 1, runtime_env: dict | None = None, compile_cache=None,
+                 first_alone: bool | None = None):
         self.max_retries, self.cpus_per_job = int(max_retries), cpus_per_job
+        self.first_alone = compile_cache is not None if first_alone is None else first_alone
         self.pending: list = []
         self.owns_runtime = not ray.is_initialized()
         if self.owns_runtime:
-            runtime_env = with_thread_limits(runtime_env, cpus_per_job)
+            runtime_env = with_worker_env(runtime_env, cpus_per_job, compile_cache)
             if address is None:
                 num_cpus = num_cpus or os.cpu_count()
                 runtime_env = same_imports(runtime_env)
@@ -63,7 +72,7 @@ class RayExecutor(Executor):
                                     "with `ray start --head` or leave the address out to start a "
                                     "local cluster") from e
 
-    def submit_iter(self, fn, items):
+    def run_iter(self, fn, items):
         task = ray.remote(num_cpus=self.cpus_per_job, max_retries=self.max_retries)(call)
         fn_ref = ray.put(fn)  # shipped once, whatever callable it is (e.g. functools.partial)
         refs = [task.remote(fn_ref, x) for x in items]

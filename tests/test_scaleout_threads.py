@@ -46,9 +46,9 @@ def test_local_workers_start_with_their_share_of_the_cores():
 
 def test_ray_tasks_of_one_cpu_get_one_thread():
     pytest.importorskip("ray")
-    from scaleout.ray_executor import with_thread_limits
+    from scaleout.ray_executor import with_worker_env
 
-    env = with_thread_limits({"env_vars": {"OMP_NUM_THREADS": "3"}}, 1)["env_vars"]
+    env = with_worker_env({"env_vars": {"OMP_NUM_THREADS": "3"}}, 1)["env_vars"]
     assert env["OMP_NUM_THREADS"] == "3"  # what the caller sets wins
     assert ONE in env["XLA_FLAGS"].split() and env["MKL_NUM_THREADS"] == "1"
-    assert with_thread_limits(None, 2) == {"env_vars": {}}  # two CPUs: the defaults
+    assert with_worker_env(None, 2) == {"env_vars": {}}  # two CPUs: the defaults

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from scaleout import KINDS, ScaleoutError
+from scaleout import ScaleoutError, add_arguments
 
 from . import sweep
 from .config import ConfigError
@@ -19,12 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     sw = sub.add_parser("sweep", help="run or resume the sweep of a TOML config")
     sw.add_argument("config")
-    sw.add_argument("--workers", type=int, default=1, help="parallel local jobs (default 1)")
-    sw.add_argument("--executor", choices=KINDS, default=None,
-                    help="where jobs run: serial (this process), local (--workers processes) or "
-                         "ray (a cluster; default: serial for --workers 1, else local)")
-    sw.add_argument("--ray-address", default=None,
-                    help="Ray cluster to join ('auto' or ray://host:10001); none: start one here")
+    add_arguments(sw, executor=None, workers=1, compile_cache=False)
     sw.add_argument("--out-dir", default=None,
                     help="override the config's out_dir (on a cluster: a path every node reads)")
     sw.add_argument("--export", default=None, help="also write the table to this CSV at the end")
