@@ -11,7 +11,8 @@ terminal summary prints the totals, and
 
     python benchmarks/compile_stats.py out.gw0.json out.gw1.json ...
 
-sums such files and prints the totals and the modules by CPU seconds.
+sums such files and prints the totals and the modules by CPU seconds (a module whose tests ran
+on several workers: the sum of its workers' figures).
 """
 from __future__ import annotations
 
@@ -104,13 +105,15 @@ def pytest_terminal_summary(terminalreporter, config):
 
 
 def main(paths):
-    total, modules = defaultdict(float), {}
+    total, modules = defaultdict(float), defaultdict(lambda: defaultdict(float))
     for path in paths:
         with open(path) as f:
             d = json.load(f)
         for k, v in d["total"].items():
             total[k] += v
-        modules.update(d["modules"])
+        for m, s in d["modules"].items():  # a module dealt out to several workers: their sum
+            for k, v in s.items():
+                modules[m][k] += v
     print("totals:", json.dumps({k: round(v, 1) for k, v in sorted(total.items())}))
     print("| module | CPU s | wall s | programs | compiled | loaded from cache | compile s |")
     print("|---|---|---|---|---|---|---|")

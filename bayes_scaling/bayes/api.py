@@ -441,9 +441,9 @@ def _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw, method):
 def _modes_table(spec, data, modes) -> pd.DataFrame:
     rows = []
     top = modes[0].log_mass
-    for m in modes:
-        th = spec.theta_s(jnp.asarray(m.s), data["ref"])
-        row = {k: float(th[k]) for k in spec.names}
+    theta = theta_s_batch(spec)(jnp.asarray(np.stack([m.s for m in modes])), data["ref"])
+    for i, m in enumerate(modes):
+        row = {k: float(theta[k][i]) for k in spec.names}
         row.update(log_density=m.log_density, rel_mass=math.exp(m.log_mass - top),
                    hessian_ok=m.hessian_ok)
         rows.append(row)

@@ -16,6 +16,8 @@ densities for forecasts.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 
@@ -33,8 +35,10 @@ def log_likelihood(r, scale, likelihood="huber", *, c=HUBER_C, student_df=STUDEN
     return objective.log_likelihood(r, scale, likelihood, c=c, student_df=student_df)
 
 
+@partial(jax.jit, static_argnames=("likelihood", "shape"))
 def standard_noise(likelihood, key, shape, c=HUBER_C, student_df=STUDENT_DF):
-    """Draws of ``r / sigma`` under ``likelihood`` (the density of :func:`log_likelihood`)."""
+    """Draws of ``r / sigma`` under ``likelihood`` (the density of :func:`log_likelihood`); one
+    compiled program per likelihood and shape (``shape`` a tuple)."""
     if check_likelihood(likelihood) == "huber":
         return huber_standard_sample(key, shape, c)
     if likelihood == "student_t":

@@ -87,6 +87,14 @@ def log_joint_batch(spec: Spec):
         lambda s, data: spec.log_joint_s(s, data), in_axes=(0, None))))
 
 
+def log_joint_z(spec: Spec):
+    """``f(z, data, center, chol)``: the sampled density at ``s = center + chol z``, one
+    compiled program (NumPyro evaluates the model eagerly while it initialises the sampler:
+    traced op by op, its every operation would be a program of its own)."""
+    return cached("lj_z", spec, lambda: jax.jit(
+        lambda z, data, center, chol: spec.log_joint_s(center + chol @ z, data)))
+
+
 def to_s_batch(spec: Spec):
     return cached("to_s", spec, lambda: jax.jit(jax.vmap(
         lambda u, ref: spec.s(spec.theta(u), ref), in_axes=(0, None))))

@@ -18,7 +18,7 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
 from ..errors import ConvergenceWarning
-from .model import cached, log_joint_batch
+from .model import cached, log_joint_batch, log_joint_z
 from .spec import Spec
 
 
@@ -30,10 +30,11 @@ BFMI_MIN = 0.3
 
 def _whitened_model(spec: Spec):
     d = len(spec.sampled)
+    log_joint = log_joint_z(spec)
 
     def model(data, center, chol):
         z = numpyro.sample("z", dist.ImproperUniform(constraints.real_vector, (), (d,)))
-        numpyro.factor("log_joint", spec.log_joint_s(center + chol @ z, data))
+        numpyro.factor("log_joint", log_joint(z, data, center, chol))
 
     return model
 
@@ -51,11 +52,19 @@ def _mcmc(spec, *, num_chains, num_warmup, num_samples, chain_method, dense_mass
                       target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
                       init_strategy=numpyro.infer.init_to_median)
         return MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                    chain_method=chain_method, progress_bar=progress_bar, jit_model_args=True)
+                    chain_method=_vectorized if chain_method == "vectorized" else chain_method,
+                    progress_bar=progress_bar, jit_model_args=True)
 
     key = ("mcmc", num_chains, num_warmup, num_samples, chain_method, dense_mass, target_accept,
            max_tree_depth, progress_bar, shapes)
     return cached(key, spec, build)
+
+
+def _vectorized(run_chain):
+    """NumPyro's vectorised chains as one compiled program: the chains' initialisation (its
+    model trace, first gradient, mass matrix and step size), warm-up and sampling. NumPyro's own
+    ``"vectorized"`` initialises the chains eagerly, one compiled program per operation."""
+    return jax.jit(jax.vmap(run_chain))
 
 
 def run_nuts(spec, data, center, chol, init_z, *, seed, **kw):

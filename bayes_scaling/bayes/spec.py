@@ -3,6 +3,7 @@ its densities, and the table as the arrays they read.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Mapping
@@ -291,8 +292,15 @@ def data_pytree(spec: Spec, df: pd.DataFrame, pad: bool = True):
     benchmarks). The blocks' reference points are computed from the real rows only."""
     x, y = spec.space.read(df, log=True)
     fixed = spec.space.fixed_tree()
-    ref = {b.name: b.reference(x) for b in spec.blocks}
+    ref = _references(spec.blocks)(x) if spec.blocks else {}
     ref["__fixed__"] = fixed
     x, y, w = pad_rows(x, y, None if pad is not False else len(y))
     return {"x": x, "y": y, "w": w, "fixed": fixed, "ref": ref,
             "scale": jnp.asarray(spec.scale if spec.scale is not None else 1.0, jnp.float64)}
+
+
+@functools.lru_cache(maxsize=256)
+def _references(blocks: tuple):
+    """``f(x)``: the blocks' reference points of the inputs ``x``, one compiled program per
+    blocks and table shape (computed eagerly, every operation would be a program of its own)."""
+    return jax.jit(lambda x: {b.name: b.reference(x) for b in blocks})
