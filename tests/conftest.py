@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 import bayes_scaling as bs
+from scaleout import use_compile_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,13 +83,7 @@ def pytest_configure(config):
     entry. ``pytest -p no:cacheprovider`` runs without it."""
     if getattr(config, "cache", None) is None:  # pytest -p no:cacheprovider
         return
-    settings = {"jax_compilation_cache_dir": str(config.cache.mkdir("jax")),
-                "jax_persistent_cache_min_compile_time_secs": 0.0,
-                "jax_persistent_cache_min_entry_size_bytes": -1,
-                "jax_compilation_cache_max_size": 2**30}
-    for name, value in settings.items():
-        jax.config.update(name, value)
-        os.environ[name.upper()] = str(value)
+    use_compile_cache(config.cache.mkdir("jax"))
 
 
 @pytest.fixture(scope="session")
