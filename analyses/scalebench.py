@@ -16,12 +16,15 @@ Run (niced; ``--workers`` processes):
     nice -n 10 python analyses/scalebench.py --intervals   # bayes's intervals: draws vs delta
     python analyses/scalebench.py --diagnose farseer_scaling_law sl_1 7 [--methods d_opt]
     python analyses/scalebench.py --enumerate parallel_scaling_law sl_9 0.05
+    nice -n 10 python analyses/scalebench.py --time-jobs vocab_scaling_law:sl_1:0 \
+        vocab_scaling_law:sl_2:0 [--methods bayes]   # CPU and wall seconds per job, in one process
     nice -n 10 python analyses/scalebench.py --refit-starts farseer_scaling_law sl_1 --seeds 0-4 \
         --methods bayes,v_opt        # the protocol's 64-start refit against 1024 starts
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import time
@@ -145,6 +148,10 @@ def summarise():
     jobs = df.groupby(KEY + ["t"], as_index=False).seconds.max()  # a job's rows are cumulative
     rt = jobs.groupby(["method", "t"]).seconds.agg(["sum", "mean", "count"])
     lines += ["## Runtime (seconds of one seed job, one process; sum over the jobs done)", "",
+              "Wall seconds as the jobs ran on a 2-core machine shared with other jobs (load",
+              "average up to 12), so they overstate the cost; CPU seconds per job before and after",
+              "the greedy's parameter-space evaluation, and the projection of the whole",
+              "benchmark, are in docs/design.md \"Runtime\" (`--time-jobs`).", "",
               "| method | task | jobs | mean s/job | total s |", "|---|---|---|---|---|"]
     for (m, t), r in rt.iterrows():
         lines.append(f"| {m} | {t} | {int(r['count'])} | {r['mean']:.1f} | {r['sum']:.0f} |")
@@ -322,6 +329,26 @@ def refit_starts(task_name, law_id, seeds, methods, data_dir, many=1024):
     return 0
 
 
+def time_jobs(specs, method, data_dir):
+    """Run ``TASK:LAW:SEED`` jobs of ``method`` one after another in this process and print, per
+    job, the runs bought at each checkpoint, a digest of the purchases (to compare two versions of
+    the engine: the same digest means the same runs), and its CPU and wall seconds (CPU seconds
+    are the fair figure on a machine shared with other jobs)."""
+    for spec in specs:
+        task_name, law_id, seed = spec.split(":")
+        task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
+        t0, c0 = time.perf_counter(), time.process_time()
+        bought, digest = [], hashlib.sha256()
+        for _, states, _ in bs.design.checkpoints((task, method, int(seed), "jax", {})):
+            bought.append(sum(len(st.observed) for st in states))
+            for st in states:
+                digest.update(np.sort(st.observed).astype(np.int64).tobytes())
+        print(f"{spec} {method}: runs {bought}, purchases {digest.hexdigest()[:12]}, "
+              f"CPU {time.process_time() - c0:.1f} s, wall {time.perf_counter() - t0:.1f} s",
+              flush=True)
+    return 0
+
+
 def enumerate_purchases(task_name, law_id, budget, data_dir, cheapest=8, max_runs=3):
     """Every purchase of 2..``max_runs`` runs among the group's ``cheapest`` runs that fits in
     ``budget`` (the same rows bought in every group, whose pools list the same runs), scored by the
@@ -368,6 +395,7 @@ def main(argv=None):
     ap.add_argument("--diagnose", nargs=3, metavar=("TASK", "LAW", "SEED"))
     ap.add_argument("--enumerate", nargs=3, metavar=("TASK", "LAW", "BUDGET"))
     ap.add_argument("--refit-starts", nargs=2, metavar=("TASK", "LAW"))
+    ap.add_argument("--time-jobs", nargs="+", metavar="TASK:LAW:SEED")
     a = ap.parse_args(argv)
     if a.speed:
         return speed(a.data_dir)
@@ -379,6 +407,9 @@ def main(argv=None):
     if a.refit_starts:
         return refit_starts(*a.refit_starts, parse_seeds(a.seeds), a.methods.split(","),
                             a.data_dir)
+    if a.time_jobs:
+        return time_jobs(a.time_jobs, a.methods.split(",")[0] if a.methods != ",".join(METHODS)
+                         else "bayes", a.data_dir)
     if a.intervals:
         return intervals(a.data_dir, parse_seeds(a.seeds))
     if not a.summary:
@@ -394,5 +425,10 @@ if __name__ == "__main__":
     # change the process's compiler.
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
                           str(Path.home() / ".cache" / "bayes_scaling" / "jax"))
+    # The workers' BLAS on one thread: the acquisition's products are small (candidates x
+    # targets x parameters), and a second BLAS thread per worker on a busy 2-core machine made
+    # one greedy step 10x slower (47 ms against 4.4 ms, docs/design.md "Runtime").
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
     jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
     sys.exit(main())
