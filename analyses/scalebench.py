@@ -360,12 +360,13 @@ def basin(task_name, law_id, seeds, method, data_dir, many=1024):
     df = pd.DataFrame(rows)
     command = (f"`nice -n 10 python analyses/scalebench.py --basin {task_name} {law_id} --seeds "
                f"{min(seeds)}-{max(seeds)} --methods {method}`")
+    title = (f"# {SHORT.get(task_name, task_name)} {law_id}: 64 starts of either fitter against "
+             f"the best of {many}")
+    legend = (f"`in_basin_*`: starts of the 64 (the same draw for both) ending within 1.05x of "
+              f"the best SSE of {many} uniform starts of ours; `sse_ratio_*`: the fitter's best "
+              "SSE over that.")
     text = "\n".join([
-        f"# {SHORT.get(task_name, task_name)} {law_id}: 64 starts of either fitter against the "
-        f"best of {many}", "", command, "",
-        f"`in_basin_*`: starts of the 64 (the same draw for both) ending within 1.05x of the best "
-        f"SSE of {many} uniform starts of ours; `sse_ratio_*`: the fitter's best SSE over that.",
-        "", markdown_table(df), "", "Mean over checkpoints:", "",
+        title, "", command, "", legend, "", markdown_table(df), "", "Mean over checkpoints:", "",
         markdown_table(df.drop(columns=["seed", "budget", "n_runs"]).mean().to_frame().T), ""])
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"basin_{SHORT.get(task_name, task_name)}_{law_id}.md").write_text(text)
