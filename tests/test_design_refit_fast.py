@@ -1,11 +1,13 @@
 """``greedy_refit`` evaluates each candidate in the parameter space; its picks and values must be
 those of the plain greedy that recomputes ``refit_error`` (and conditions the modes' spread) from
-scratch for every candidate."""
+scratch for every candidate; the spread enters as the factor of ``LaplaceMixture.spread_factor``."""
 import numpy as np
 import pytest
+from conftest import offset_power_law
 
 from bayes_scaling.design.acquisition import greedy_refit, refit_error
-from bayes_scaling.design.posterior import kernel
+from bayes_scaling.design.fitting import from_unconstrained, to_unconstrained
+from bayes_scaling.design.posterior import LaplaceMixture, kernel
 
 
 def _problem(seed, n_rows=40, nt=5, P=3, n_modes=3):
@@ -91,3 +93,21 @@ def test_a_spread_the_candidates_resolve_is_bought_first():
     without = greedy_refit(J_modes, nt, obs, cand, K, s2, cost, 6.0)[0]
     assert with_spread[0] == 7
     assert without[0] != 7 and without[0] == with_spread[1]
+
+
+def test_spread_factor_reproduces_the_modes_covariance():
+    """``F F'`` of :meth:`LaplaceMixture.spread_factor` is the weighted covariance of the modes'
+    predictions, computed here from the law at each mode's centre."""
+    law = offset_power_law("spread")
+    thetas = np.array([[1.0, 300.0, 0.3], [1.2, 150.0, 0.25], [0.8, 600.0, 0.35]])
+    u = np.asarray(to_unconstrained(law, thetas))
+    w = np.array([0.5, 0.3, 0.2])
+    x = {"N": np.geomspace(1e5, 1e9, 12)}
+    mix = LaplaceMixture(law, u, np.stack([np.eye(3)] * 3), w, 1e-4, 1e-3,
+                         np.zeros((1, 1)), x)
+    F = mix.spread_factor(x)
+    th = np.asarray(from_unconstrained(law, u))
+    means = np.array([t[0] + t[1] * x["N"] ** -t[2] for t in th])
+    dev = means - w @ means
+    np.testing.assert_allclose(F @ F.T, (w[:, None] * dev).T @ dev, rtol=1e-9, atol=1e-15)
+    assert np.linalg.matrix_rank(F @ F.T) == 2  # three modes, one constraint: rank two
