@@ -179,6 +179,10 @@ def main(argv=None):
                          "(e.g. 0.5,2: a sensitivity diagnosis, left out of the winners)")
     ap.add_argument("--check-only", action="store_true",
                     help="fit (or load) the base posterior, print its checks and exit")
+    ap.add_argument("--explain", type=float, default=None, metavar="BUDGET_X",
+                    help="at this budget (x the paper's anchor cost): the runs ours-refit and the "
+                         "paper buy, and the refit's signed errors at the queries with each set "
+                         "and with each of ours-refit's runs left out; writes explain_<b>x.md")
     ap.add_argument("--redo", default="",
                     help="with --resume: strategies whose earlier rows are dropped and refitted "
                          "(comma-separated, e.g. ours,ours-gain after a change of the selection)")
@@ -244,6 +248,12 @@ def main(argv=None):
         crits[f"ours-refit-sd{k:g}x"] = {"criterion": "refit", "observed": train,
                                         "discrepancy": k * s_noise}
 
+    if args.explain is not None:
+        b = args.explain * paper_cost
+        sets = {"none": [], "ours-refit": choose("ours-refit", b)["candidate"].tolist(),
+                "paper": take_in_order(p_order, cost, b)}
+        return explain(sets, args.explain, law=law, train=train, cands=cands, queries=queries,
+                       refit_kind=refit_kind, kw=kw, out=out)
     pd.concat([choose(k, max(budgets)).assign(strategy=k) for k in ("ours", "ours-refit")]).to_csv(
         out / "selection_order.csv", index=False)
     done = pd.read_csv(out / "results.csv") if args.resume and (out / "results.csv").exists() \
@@ -301,6 +311,46 @@ def main(argv=None):
         refit(idx, f"grid N={n:.0f}", float(cost[idx].sum()))
     refit(cands.index.tolist(), "every candidate", float(cost.sum()))
     write_summary(pd.DataFrame(rows), **header)
+    return 0
+
+
+def explain(sets, budget_x, *, law, train, cands, queries, refit_kind, kw, out):
+    """Why one strategy beats another at one budget: for each anchor set (and ours-refit's with
+    each of its runs left out), the runs bought and the refit's relative errors at the queries
+    (MAE_rel, the mean signed error, and by the queries' adaptation length); writes
+    ``explain_<b>x.md``."""
+    ours = sets["ours-refit"]
+    if len(ours) > 1:
+        sets.update({f"ours-refit without {cands.loc[i, 'run_id']} (D={cands.loc[i, 'D']:g})":
+                     [j for j in ours if j != i] for i in ours})
+    y = queries["loss"].to_numpy(float)
+    short = queries["D"].to_numpy(float) <= np.median(queries["D"])
+    rows, runs = [], []
+    for name, idx in sets.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            post, _ = bc.posterior(law, pd.concat([train, cands.loc[idx]]), kind=refit_kind,
+                                   posterior_kw=kw)
+            med = ev.posterior_predictions(post, queries, 0.9)[0]
+        rel = (med - y) / y
+        rows.append({"anchors": name, "n": len(idx), "mae_rel": np.mean(np.abs(rel)),
+                     "mean_signed_rel": np.mean(rel),
+                     "mae_rel_short_D": np.mean(np.abs(rel[short])),
+                     "mae_rel_long_D": np.mean(np.abs(rel[~short])),
+                     **{f"map_{k}": float(post.map[k]) for k in ("lam", "zeta", "F", "eta")}})
+        print(rows[-1], flush=True)
+        if name in ("ours-refit", "paper"):
+            runs += [{"set": name, "run_id": cands.loc[i, "run_id"], bc.SIZE: cands.loc[i, bc.SIZE],
+                      "D": cands.loc[i, "D"], "replay": cands.loc[i, "replay"],
+                      "loss": cands.loc[i, "loss"]} for i in idx]
+    how = (f"`python analyses/anchor_study.py --explain {budget_x:g}` (refits: {refit_kind}; "
+           "signed error = (median - loss) / loss; short/long D: the queries' adaptation length "
+           "at or below / above its median)")
+    text = "\n".join([
+        f"# Anchor study at {budget_x:g}x: the runs bought and the refit's errors at the queries",
+        "", how, "", ev.report.markdown_table(pd.DataFrame(rows)), "",
+        "Runs bought:", "", ev.report.markdown_table(pd.DataFrame(runs)), ""])
+    (out / f"explain_{budget_x:g}x.md").write_text(text)
     return 0
 
 

@@ -16,12 +16,17 @@ Run (niced; ``--workers`` processes):
     nice -n 10 python analyses/scalebench.py --intervals   # bayes's intervals: draws vs delta
     python analyses/scalebench.py --diagnose farseer_scaling_law sl_1 7 [--methods d_opt]
     python analyses/scalebench.py --enumerate parallel_scaling_law sl_9 0.05
+    nice -n 10 python analyses/scalebench.py --time-jobs vocab_scaling_law:sl_1:0 \
+        vocab_scaling_law:sl_2:0 [--methods bayes]   # CPU and wall seconds per job, in one process
     nice -n 10 python analyses/scalebench.py --refit-starts farseer_scaling_law sl_1 --seeds 0-4 \
         --methods bayes,v_opt        # the protocol's 64-start refit against 1024 starts
+    nice -n 10 python analyses/scalebench.py --basin farseer_scaling_law sl_1 --seeds 0-2 \
+        --methods bayes              # how many of 64 starts reach the best basin: jax and scipy
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import time
@@ -145,6 +150,10 @@ def summarise():
     jobs = df.groupby(KEY + ["t"], as_index=False).seconds.max()  # a job's rows are cumulative
     rt = jobs.groupby(["method", "t"]).seconds.agg(["sum", "mean", "count"])
     lines += ["## Runtime (seconds of one seed job, one process; sum over the jobs done)", "",
+              "Wall seconds as the jobs ran on a 2-core machine shared with other jobs (load",
+              "average up to 12), so they overstate the cost; CPU seconds per job before and after",
+              "the greedy's parameter-space evaluation, and the projection of the whole",
+              "benchmark, are in docs/design.md \"Runtime\" (`--time-jobs`).", "",
               "| method | task | jobs | mean s/job | total s |", "|---|---|---|---|---|"]
     for (m, t), r in rt.iterrows():
         lines.append(f"| {m} | {t} | {int(r['count'])} | {r['mean']:.1f} | {r['sum']:.0f} |")
@@ -322,6 +331,68 @@ def refit_starts(task_name, law_id, seeds, methods, data_dir, many=1024):
     return 0
 
 
+def basin(task_name, law_id, seeds, method, data_dir, many=1024):
+    """Does the benchmark's own fitter (scipy L-BFGS-B in the natural coordinates) reach the best
+    basin more often than ours? At every checkpoint of ``method``'s purchases: the best SSE of
+    ``many`` uniform starts (ours), then the same 64 uniform starts with either fitter: how many
+    end within 1.05x of that SSE, the best SSE relative to it and the target R^2. Writes
+    ``basin_<task>_<law>.md``."""
+    task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
+    law = task.law
+    rows = []
+    for seed in seeds:
+        for budget, states, _ in bs.design.checkpoints((task, method, int(seed), "jax", {})):
+            for st in states:
+                g, obs = st.group, st.observed
+                x, y = {v: a[obs] for v, a in g.x.items()}, g.y[obs]
+                best = fitting.least_squares(law, x, y, fitting.uniform_starts(
+                    law, many, np.random.default_rng(20_000 + seed))).sse.min()
+                th0 = fitting.uniform_starts(law, N_STARTS, np.random.default_rng(30_000 + seed))
+                row = {"seed": seed, "budget": budget, "n_runs": len(obs)}
+                for fit_method in ("jax", "scipy"):
+                    fit = fitting.least_squares(law, x, y, th0, method=fit_method)
+                    pred = np.asarray(fitting.predictor(law)(fit.best[None], g.x_test))[0]
+                    row[f"in_basin_{fit_method}"] = int((fit.sse < 1.05 * best).sum())
+                    row[f"sse_ratio_{fit_method}"] = float(fit.sse.min() / best)
+                    row[f"r2_{fit_method}"] = fitting.r2_clipped(g.y_test, pred)
+                rows.append(row)
+                print(row, flush=True)
+    df = pd.DataFrame(rows)
+    command = (f"`nice -n 10 python analyses/scalebench.py --basin {task_name} {law_id} --seeds "
+               f"{min(seeds)}-{max(seeds)} --methods {method}`")
+    title = (f"# {SHORT.get(task_name, task_name)} {law_id}: 64 starts of either fitter against "
+             f"the best of {many}")
+    legend = (f"`in_basin_*`: starts of the 64 (the same draw for both) ending within 1.05x of "
+              f"the best SSE of {many} uniform starts of ours; `sse_ratio_*`: the fitter's best "
+              "SSE over that.")
+    text = "\n".join([
+        title, "", command, "", legend, "", markdown_table(df), "", "Mean over checkpoints:", "",
+        markdown_table(df.drop(columns=["seed", "budget", "n_runs"]).mean().to_frame().T), ""])
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"basin_{SHORT.get(task_name, task_name)}_{law_id}.md").write_text(text)
+    return 0
+
+
+def time_jobs(specs, method, data_dir):
+    """Run ``TASK:LAW:SEED`` jobs of ``method`` one after another in this process and print, per
+    job, the runs bought at each checkpoint, a digest of the purchases (to compare two versions of
+    the engine: the same digest means the same runs), and its CPU and wall seconds (CPU seconds
+    are the fair figure on a machine shared with other jobs)."""
+    for spec in specs:
+        task_name, law_id, seed = spec.split(":")
+        task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
+        t0, c0 = time.perf_counter(), time.process_time()
+        bought, digest = [], hashlib.sha256()
+        for _, states, _ in bs.design.checkpoints((task, method, int(seed), "jax", {})):
+            bought.append(sum(len(st.observed) for st in states))
+            for st in states:
+                digest.update(np.sort(st.observed).astype(np.int64).tobytes())
+        print(f"{spec} {method}: runs {bought}, purchases {digest.hexdigest()[:12]}, "
+              f"CPU {time.process_time() - c0:.1f} s, wall {time.perf_counter() - t0:.1f} s",
+              flush=True)
+    return 0
+
+
 def enumerate_purchases(task_name, law_id, budget, data_dir, cheapest=8, max_runs=3):
     """Every purchase of 2..``max_runs`` runs among the group's ``cheapest`` runs that fits in
     ``budget`` (the same rows bought in every group, whose pools list the same runs), scored by the
@@ -368,6 +439,8 @@ def main(argv=None):
     ap.add_argument("--diagnose", nargs=3, metavar=("TASK", "LAW", "SEED"))
     ap.add_argument("--enumerate", nargs=3, metavar=("TASK", "LAW", "BUDGET"))
     ap.add_argument("--refit-starts", nargs=2, metavar=("TASK", "LAW"))
+    ap.add_argument("--time-jobs", nargs="+", metavar="TASK:LAW:SEED")
+    ap.add_argument("--basin", nargs=2, metavar=("TASK", "LAW"))
     a = ap.parse_args(argv)
     if a.speed:
         return speed(a.data_dir)
@@ -379,6 +452,11 @@ def main(argv=None):
     if a.refit_starts:
         return refit_starts(*a.refit_starts, parse_seeds(a.seeds), a.methods.split(","),
                             a.data_dir)
+    if a.basin:
+        return basin(*a.basin, parse_seeds(a.seeds), a.methods.split(",")[0], a.data_dir)
+    if a.time_jobs:
+        return time_jobs(a.time_jobs, a.methods.split(",")[0] if a.methods != ",".join(METHODS)
+                         else "bayes", a.data_dir)
     if a.intervals:
         return intervals(a.data_dir, parse_seeds(a.seeds))
     if not a.summary:
@@ -394,5 +472,10 @@ if __name__ == "__main__":
     # change the process's compiler.
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
                           str(Path.home() / ".cache" / "bayes_scaling" / "jax"))
+    # The workers' BLAS on one thread: the acquisition's products are small (candidates x
+    # targets x parameters), and a second BLAS thread per worker on a busy 2-core machine made
+    # one greedy step 10x slower (47 ms against 4.4 ms, docs/design.md "Runtime").
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
     jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
     sys.exit(main())

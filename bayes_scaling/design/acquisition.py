@@ -207,12 +207,16 @@ def greedy_refit(modes, nt: int, obs, cand, K, noise_var: float, cost, room: flo
 
     Buying run ``c`` updates each mode's ``S`` by ``S - v v' / d`` (``v = S j_c``, ``d = s2 +
     j_c' v``) and adds ``c`` to the observed rows; the gain is the drop of the expected error.
-    With ``spread``, the covariance of the modes' predictions over the rows (``sum_m w_m (mu_m -
-    mu)(mu_m - mu)'``), the error adds its target trace, conditioned on each run bought as in
-    :func:`greedy_linear`: a run the modes disagree on, where they disagree at the targets too,
-    tells the refit which mode to land in. A
-    run can *raise* it (a run far from the targets pulls a misspecified law away from them): the
+    With ``spread``, a factor ``F`` of the covariance of the modes' predictions over the rows
+    (``D = F F' = sum_m w_m (mu_m - mu)(mu_m - mu)'``), the error adds the target trace of ``D``,
+    conditioned on each run bought as in :func:`greedy_linear`: a run the modes disagree on,
+    where they disagree at the targets too, tells the refit which mode to land in. A run can
+    *raise* the error (a run far from the targets pulls a misspecified law away from them): the
     greedy stops when no affordable run lowers it.
+
+    Every candidate's error is evaluated through the parameter space (:class:`_RefitMode`): a
+    step costs ``O(candidates x targets x parameters)`` per mode, whatever the number of runs
+    bought, and ``D`` is kept as ``F M F'`` with a small ``M``.
 
     Args:
         modes: ``[(weight, J, S), ...]``: each mode's weight, its Jacobian over every row (targets
@@ -220,24 +224,26 @@ def greedy_refit(modes, nt: int, obs, cand, K, noise_var: float, cost, room: flo
         nt: number of target rows; ``obs`` and ``cand``: row indices of the observed runs and the
             candidates (``cand`` in the order of ``cost``).
         K: prior covariance of the discrepancy over every row.
-        spread: covariance of the modes' predictions over every row, or None.
+        spread: ``F`` (rows, r) with ``F F'`` the covariance of the modes' predictions over every
+            row, or None.
         noise_var, cost, room, cost_power, max_picks: as :func:`greedy_linear`.
 
     Returns:
         ``(picks, values, v0)``: positions in ``cand`` in order, the expected error after each
         pick and before the first.
     """
-    obs = list(np.asarray(obs, int))
     cand = np.asarray(cand, int)
     cost = np.asarray(cost, float)
-    modes = [(w, np.asarray(J, float), np.array(S, float)) for w, J, S in modes]
-    T = np.arange(nt)
+    K = np.asarray(K, float)
+    states = [(w, _RefitMode(J, S, obs, nt, K, noise_var)) for w, J, S in modes]
+    F = None if spread is None else np.asarray(spread, float)
+    M = None if F is None else np.eye(F.shape[1])
+    trK = float(np.trace(K[:nt, :nt]))
 
-    def total(ms, o):
-        return sum(w * refit_error(J, S, o, nt, K, noise_var) for w, J, S in ms)
+    def spread_trace(M):
+        return 0.0 if F is None else float(np.sum((F[:nt] @ M) * F[:nt]))
 
-    D = None if spread is None else np.array(spread, float)
-    cur = v0 = total(modes, obs) + (0.0 if D is None else float(np.trace(D[:nt, :nt])))
+    cur = v0 = sum(w * st.error(trK) for w, st in states) + spread_trace(M)
     avail = np.ones(len(cand), bool)
     picks, values = [], []
     while max_picks is None or len(picks) < max_picks:
@@ -245,47 +251,77 @@ def greedy_refit(modes, nt: int, obs, cand, K, noise_var: float, cost, room: flo
         if not ok.any():
             break
         c_idx = cand[ok]
-        o = np.asarray(obs, int)
-        err = np.zeros(len(c_idx))
-        for w, J, S in modes:
-            Jt, Jo, Jc = J[:nt], J[o], J[c_idx]
-            V = Jc @ S  # (nc, P): v_c' = j_c' S
-            d = noise_var + np.sum(V * Jc, 1)
-            a = (Jt @ V.T).T / d[:, None]  # (nc, nt): the refit's weight on run c
-            B = Jt @ S @ Jo.T / noise_var  # (nt, n)
-            b = V @ Jo.T / noise_var  # (nc, n)
-            var = np.sum((Jt @ S) * Jt) - np.sum(a * a * d[:, None], 1)
-            Kot, Koo = K[np.ix_(o, T)], K[np.ix_(o, o)]
-            Kct, Koc = K[np.ix_(c_idx, T)], K[np.ix_(o, c_idx)]
-            BK = B @ Koo  # (nt, n)
-            # g_t' K_Ot with g_t = [B_t - a_ct b_c, a_ct]
-            lin = (np.sum(B * Kot.T) - np.sum(a * (b @ Kot), 1) + np.sum(a * Kct, 1))
-            quad = (np.sum(BK * B) - 2 * np.sum(a * (b @ BK.T), 1)
-                    + np.sum(a * a, 1) * np.sum((b @ Koo) * b, 1)
-                    + 2 * (np.sum(a * (Koc.T @ B.T), 1) - np.sum(a * a, 1) * np.sum(b * Koc.T, 1))
-                    + np.sum(a * a, 1) * K[c_idx, c_idx])
-            err += w * (var + np.trace(K[:nt, :nt]) - 2 * lin + quad)
-        if D is not None:
-            err += np.trace(D[:nt, :nt]) - np.sum(D[np.ix_(T, c_idx)] ** 2, 0) / (
-                D[c_idx, c_idx] + noise_var)
+        err = sum(w * st.errors_after(c_idx, trK) for w, st in states)
+        if F is not None:
+            FcM = F[c_idx] @ M
+            err = err + spread_trace(M) - np.sum((FcM @ F[:nt].T) ** 2, 1) / (
+                np.sum(FcM * F[c_idx], 1) + noise_var)
         gain = cur - err
         score = np.where(np.isfinite(gain), gain / cost[ok] ** cost_power, -np.inf)
         j = int(np.argmax(score))
         if not (score[j] > 0):
             break
         c = int(np.flatnonzero(ok)[j])
-        new = []
-        for w, J, S in modes:
-            v = S @ J[cand[c]]
-            new.append((w, J, S - np.outer(v, v) / (noise_var + J[cand[c]] @ v)))
-        modes = new
-        if D is not None:
-            col = D[:, cand[c]].copy()
-            D -= np.outer(col, col) / (col[cand[c]] + noise_var)
-        obs.append(int(cand[c]))
+        for _, st in states:
+            st.buy(int(cand[c]))
+        if F is not None:
+            Mf = M @ F[cand[c]]
+            M = M - np.outer(Mf, Mf) / (F[cand[c]] @ Mf + noise_var)
         picks.append(c)
         cur = float(err[j])
         values.append(cur)
         avail[c] = False
         room -= cost[c]
     return picks, values, v0
+
+
+class _RefitMode:
+    """One mode of :func:`greedy_refit` in the parameter space: with the refit's weights
+    ``A = S J_T' / s2`` on the parameters, ``Q = K_{., O} J_O`` and ``G = J_O' K_OO J_O``, the
+    error of :func:`refit_error` is ``tr(J_T S J_T') + tr K_TT - 2 <A, Q_T'> + tr(A' G A)``, and
+    buying run ``c`` changes ``S`` by a rank-one term, ``Q`` by ``K_{., c} j_c'`` and ``G`` by
+    ``j_c q_c' + q_c j_c' + K_cc j_c j_c'`` (``q_c = Q_c``); every candidate's error after its
+    purchase follows in closed form."""
+
+    def __init__(self, J, S, obs, nt, K, s2):
+        self.J, self.S = np.asarray(J, float), np.array(S, float)
+        self.K, self.nt, self.s2 = K, nt, s2
+        o = np.asarray(obs, int)
+        self.Q = K[:, o] @ self.J[o]
+        self.G = self.J[o].T @ self.Q[o]
+
+    def error(self, trK: float) -> float:
+        Jt = self.J[:self.nt]
+        A = self.S @ Jt.T / self.s2
+        return float(np.sum((Jt @ self.S) * Jt) + trK - 2 * np.sum(A * self.Q[:self.nt].T)
+                     + np.sum(A * (self.G @ A)))
+
+    def errors_after(self, c_idx, trK: float) -> np.ndarray:
+        """The error after buying each candidate row of ``c_idx`` alone."""
+        nt, s2, S, G = self.nt, self.s2, self.S, self.G
+        Jt, Jc, Qt, Qc = self.J[:nt], self.J[c_idx], self.Q[:nt], self.Q[c_idx]
+        ktc, kcc = self.K[np.ix_(c_idx, np.arange(nt))], self.K[c_idx, c_idx]
+        A = S @ Jt.T / s2  # (P, nt)
+        V = Jc @ S  # v_c' = j_c' S
+        jv = np.sum(V * Jc, 1)
+        d = s2 + jv
+        JtV = V @ Jt.T  # (nc, nt): J_T v_c
+        alpha = JtV / (d * s2)[:, None]  # after the purchase the weights are A - v_c alpha_c'
+        var = np.sum((Jt @ S) * Jt) - np.sum(JtV ** 2, 1) / d
+        jA, qA, Aa = Jc @ A, Qc @ A, alpha @ A.T  # j_c' A, q_c' A, (A alpha_c)'
+        lin = (np.sum(A * Qt.T) + np.sum(jA * ktc, 1) - np.sum((V @ Qt.T) * alpha, 1)
+               - jv * np.sum(alpha * ktc, 1))
+        vq, aj, aq = np.sum(V * Qc, 1), np.sum(Aa * Jc, 1), np.sum(Aa * Qc, 1)
+        quad_a = np.sum(A * (G @ A)) + 2 * np.sum(jA * qA, 1) + kcc * np.sum(jA ** 2, 1)
+        cross = np.sum(Aa * (V @ G), 1) + aj * vq + aq * jv + kcc * aj * jv
+        vgv = np.sum((V @ G) * V, 1) + 2 * jv * vq + kcc * jv ** 2
+        quad = quad_a - 2 * cross + vgv * np.sum(alpha ** 2, 1)
+        return var + trK - 2 * lin + quad
+
+    def buy(self, c: int):
+        j = self.J[c]
+        v = self.S @ j
+        self.S = self.S - np.outer(v, v) / (self.s2 + j @ v)
+        q = self.Q[c].copy()
+        self.G = self.G + np.outer(j, q) + np.outer(q, j) + self.K[c, c] * np.outer(j, j)
+        self.Q = self.Q + np.outer(self.K[:, c], j)

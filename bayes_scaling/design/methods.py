@@ -204,7 +204,7 @@ class Bayes(_ModelBased):
             z = post.z(rows)
             modes = list(zip(post.weights, post.jacobians(rows), post.cov))
             K = post.disc2 * kernel(z, z)
-            spread = post.mode_spread(rows)
+            spread = post.spread_factor(rows)
         else:
             keep = np.concatenate([np.arange(nt), nt + aff])
             C = post.joint_cov(rows)[np.ix_(keep, keep)]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import jax.numpy as jnp
 import numpy as np
+from scipy.spatial.distance import cdist
 
 from ..laws import Law
 from .fitting import Starts, from_unconstrained, jacobian_u, predictor, to_unconstrained
@@ -48,8 +49,9 @@ def log_inputs(law: Law, x: dict, ref: dict) -> np.ndarray:
 
 
 def kernel(za, zb, length=1.0) -> np.ndarray:
-    d2 = ((za[:, None, :] - zb[None, :, :]) ** 2).sum(-1)
-    return np.exp(-0.5 * d2 / length ** 2)
+    """Squared-exponential kernel ``exp(-|a - b|^2 / (2 l^2))`` between the rows of ``za`` and
+    ``zb``."""
+    return np.exp(-0.5 * cdist(za, zb, "sqeuclidean") / length ** 2)
 
 
 @dataclass
@@ -169,14 +171,14 @@ class LaplaceMixture:
         return [np.nan_to_num(np.asarray(jacobian_u(self.law)(jnp.asarray(u), xj)[1]))
                 for u in self.u]
 
-    def mode_spread(self, x: dict) -> np.ndarray:
-        """Covariance of the modes' predictions over rows ``x``: ``sum_k w_k (m_k - m)(m_k - m)^T``
-        with ``m_k`` the law at mode ``k``'s centre and ``m`` their weighted mean."""
+    def spread_factor(self, x: dict) -> np.ndarray:
+        """``F`` (rows, modes) with ``F F'`` the covariance of the modes' predictions over rows
+        ``x``, ``sum_k w_k (m_k - m)(m_k - m)^T`` (``m_k`` the law at mode ``k``'s centre, ``m``
+        their weighted mean): ``F = (sqrt(w_k) (m_k - m))_k``."""
         theta = from_unconstrained(self.law, jnp.asarray(self.u))
         means = np.nan_to_num(np.asarray(predictor(self.law)(
             theta, {k: jnp.asarray(v) for k, v in x.items()})))
-        dev = means - self.weights @ means
-        return (self.weights[:, None] * dev).T @ dev
+        return (np.sqrt(self.weights)[:, None] * (means - self.weights @ means)).T
 
     def joint_cov(self, x: dict) -> np.ndarray:
         """Covariance of the law's value plus discrepancy over rows ``x`` under the mixture, in the
