@@ -32,14 +32,13 @@ import sys
 import time
 from pathlib import Path
 
-import jax
 import numpy as np
 import pandas as pd
 
 import bayes_scaling as bs
+import scaleout
 from bayes_scaling.design import fitting
 from bayes_scaling.evaluate.report import markdown_table
-from scaleout import get_executor
 
 OUT = Path(__file__).resolve().parent / "out" / "scalebench"
 RESULTS = OUT / "results.csv"
@@ -422,16 +421,14 @@ def enumerate_purchases(task_name, law_id, budget, data_dir, cheapest=8, max_run
         print(f"{r2:6.2f}  {runs}")
 
 
-def main(argv=None):
+def main(argv=None, compile_cache=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--seeds", default="0-9")
     ap.add_argument("--tasks", default=",".join(RUN_ORDER))
     ap.add_argument("--laws", help="law ids to run (default: every law of each task)")
-    ap.add_argument("--executor", choices=("serial", "local", "ray"), default="local",
-                    help="where jobs run: this process, a local process pool or a Ray cluster")
-    ap.add_argument("--workers", type=int, default=1, help="processes of the local pool")
-    ap.add_argument("--ray-address", help="Ray cluster to join ('auto'); none: start one here")
+    scaleout.add_arguments(ap, executor="local", workers=1)
+    ap.set_defaults(compile_cache=compile_cache)
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--summary", action="store_true")
     ap.add_argument("--speed", action="store_true")
@@ -442,6 +439,8 @@ def main(argv=None):
     ap.add_argument("--time-jobs", nargs="+", metavar="TASK:LAW:SEED")
     ap.add_argument("--basin", nargs=2, metavar=("TASK", "LAW"))
     a = ap.parse_args(argv)
+    if a.compile_cache:
+        scaleout.use_compile_cache(a.compile_cache)  # this process and the workers it starts
     if a.speed:
         return speed(a.data_dir)
     if a.diagnose:
@@ -460,22 +459,19 @@ def main(argv=None):
     if a.intervals:
         return intervals(a.data_dir, parse_seeds(a.seeds))
     if not a.summary:
-        executor = get_executor(a.executor, workers=a.workers, address=a.ray_address)
+        executor = scaleout.from_arguments(a)
         run_jobs(a.methods.split(","), parse_seeds(a.seeds), a.tasks.split(","), executor,
                  a.data_dir, a.laws.split(",") if a.laws else None)
     summarise()
 
 
 if __name__ == "__main__":
-    # Compiled programs persist across reruns and the worker processes (which inherit the
-    # environment); only when run as a script, so importing it or calling main (tests) does not
-    # change the process's compiler.
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
-                          str(Path.home() / ".cache" / "bayes_scaling" / "jax"))
     # The workers' BLAS on one thread: the acquisition's products are small (candidates x
     # targets x parameters), and a second BLAS thread per worker on a busy 2-core machine made
     # one greedy step 10x slower (47 ms against 4.4 ms, docs/design.md "Runtime").
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
-    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
-    sys.exit(main())
+    # Compiled programs persist across reruns and are shared by the workers; only when run as a
+    # script, so importing it or calling main (tests) does not change the process's compiler.
+    sys.exit(main(compile_cache=os.environ.get("JAX_COMPILATION_CACHE_DIR",
+                                               Path.home() / ".cache" / "bayes_scaling" / "jax")))
