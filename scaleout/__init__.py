@@ -17,8 +17,14 @@ neither ``bayes_scaling`` nor ``training``, so both can use it.
 """
 from __future__ import annotations
 
-from .base import (Executor, ScaleoutError, WorkerDiedError, compile_cache_env, use_compile_cache,
-                   worker_env)
+from .base import (
+    Executor,
+    ScaleoutError,
+    WorkerDiedError,
+    compile_cache_env,
+    use_compile_cache,
+    worker_env,
+)
 from .local import LocalExecutor, SerialExecutor
 
 KINDS = ("serial", "local", "ray")

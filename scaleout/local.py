@@ -6,12 +6,19 @@ import concurrent.futures as cf
 import multiprocessing as mp
 import os
 import signal
-from contextlib import contextmanager
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from multiprocessing import resource_tracker
 
-from .base import (Executor, ScaleoutError, WorkerDiedError, WorkerExecutor, compile_cache_env,
-                   use_compile_cache, worker_env)
+from .base import (
+    Executor,
+    ScaleoutError,
+    WorkerDiedError,
+    WorkerExecutor,
+    compile_cache_env,
+    use_compile_cache,
+    worker_env,
+)
 
 
 class SerialExecutor(Executor):
