@@ -1,7 +1,11 @@
 """Writing a benchmark's results into BENCHMARKS.md (shared by the benchmark scripts)."""
 from __future__ import annotations
 
+import tempfile
+import time
 from pathlib import Path
+
+from scaleout import get_executor, use_compile_cache
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
 
@@ -34,3 +38,27 @@ def write_speedup(heading: str, command: str, setup: str, executor: str, serial:
         f"| serial | {t_serial:.0f} | {cpu:.2f} |",
         f"| {executor} (incl. {t_start:.0f} s starting workers) | {t_par:.0f} | - |", "",
         verdict]))
+
+
+def serial_then_executor(run, executor: str, compile_cache: bool):
+    """Run ``run(executor)`` (returning ``(result, wall s, CPU s)``) first serially, then on a
+    fresh ``executor``; the executor's wall time includes starting its workers.
+
+    With ``compile_cache`` each side starts from an empty persistent compilation cache of its
+    own (temporary directories), the executor's shared by its workers, the first job alone.
+    Returns ``(serial result, serial wall s, serial CPU s, executor result, executor wall s,
+    of which s starting the workers)``."""
+    with tempfile.TemporaryDirectory() as caches:
+        options = {}
+        if compile_cache:
+            use_compile_cache(Path(caches) / "serial")
+            options["compile_cache"] = Path(caches) / executor
+        serial, t_serial, cpu_serial = run("serial")
+        print(f"serial: {t_serial:.0f} s ({cpu_serial / t_serial:.2f} CPU s per s)", flush=True)
+        t = time.perf_counter()
+        with get_executor(executor, **options) as ex:
+            t_start = time.perf_counter() - t
+            parallel, t_par, _ = run(ex)
+        t_par += t_start
+    print(f"{executor}: {t_par:.0f} s (of which {t_start:.0f} s starting the workers)")
+    return serial, t_serial, cpu_serial, parallel, t_par, t_start

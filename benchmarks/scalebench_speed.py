@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -35,10 +34,10 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from _report import write_speedup
+from _report import serial_then_executor, write_speedup
 
 import bayes_scaling as bs
-from scaleout import get_executor, use_compile_cache
+from scaleout import get_executor
 
 KEY = ["task", "law", "method", "seed"]
 
@@ -80,19 +79,8 @@ def main(argv=None):
              for m in args.methods.split(",")]
     print(f"{len(items)} jobs: {args.task}, {len(laws)} laws, methods {args.methods}, "
           f"seeds {args.seeds}", flush=True)
-    caches = tempfile.TemporaryDirectory()
-    options = {}
-    if args.compile_cache:
-        use_compile_cache(Path(caches.name) / "serial")
-        options["compile_cache"] = Path(caches.name) / args.executor
-    serial, t_serial, cpu_serial = run(items, "serial")
-    print(f"serial: {t_serial:.0f} s ({cpu_serial / t_serial:.2f} CPU s per s)", flush=True)
-    t = time.perf_counter()
-    with get_executor(args.executor, **options) as ex:
-        t_start = time.perf_counter() - t
-        parallel, t_par, _ = run(items, ex)
-    t_par += t_start
-    print(f"{args.executor}: {t_par:.0f} s (of which {t_start:.0f} s starting the workers)")
+    serial, t_serial, cpu_serial, parallel, t_par, t_start = serial_then_executor(
+        lambda ex: run(items, ex), args.executor, args.compile_cache)
     a, b = (d.drop(columns="seconds").sort_values(KEY + ["budget"]).reset_index(drop=True)
             for d in (serial, parallel))
     differ = sorted({tuple(a.loc[i, KEY]) for i in a.index if not a.iloc[[i]].equals(b.iloc[[i]])})

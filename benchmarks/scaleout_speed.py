@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,12 +37,11 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "analyses"), str(ROOT / "benchmarks")]
 
-from _report import write_speedup
+from _report import serial_then_executor, write_speedup
 from bayes_calibration import plausible, ptpp_design
 
 from bayes_scaling.bayes import use_chain_devices
 from bayes_scaling.calibration import calibrate
-from scaleout import get_executor, use_compile_cache
 
 CHAINS = 4
 
@@ -73,19 +71,8 @@ def main(argv=None):
         use_chain_devices(CHAINS)  # before JAX starts; workers get the same devices per chain
     fit_kwargs = {"n_starts": 8, "num_chains": CHAINS, "num_warmup": args.warmup,
                   "num_samples": args.samples, "chain_method": args.chains_on}
-    caches = tempfile.TemporaryDirectory()
-    options = {}
-    if args.compile_cache:
-        use_compile_cache(Path(caches.name) / "serial")
-        options["compile_cache"] = Path(caches.name) / args.executor
-    serial, t_serial, cpu_serial = run(args.n, "serial", fit_kwargs)
-    print(f"serial: {t_serial:.0f} s ({cpu_serial / t_serial:.2f} CPU s per s)", flush=True)
-    t = time.perf_counter()
-    with get_executor(args.executor, **options) as ex:
-        t_start = time.perf_counter() - t
-        parallel, t_par, _ = run(args.n, ex, fit_kwargs)
-    t_par += t_start
-    print(f"{args.executor}: {t_par:.0f} s (of which {t_start:.0f} s starting the workers)")
+    serial, t_serial, cpu_serial, parallel, t_par, t_start = serial_then_executor(
+        lambda ex: run(args.n, ex, fit_kwargs), args.executor, args.compile_cache)
     for name, table in (("serial", serial), (args.executor, parallel)):
         if "error" in table:  # a fit that raised is a row with its error, not a timing
             failed = table.dropna(subset=["error"])

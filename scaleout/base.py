@@ -96,6 +96,11 @@ class WorkerExecutor(Executor):
 
     first_alone = False
 
+    def set_first_alone(self, first_alone: bool | None, compile_cache) -> None:
+        """``first_alone`` as given, or, when None, on exactly when a compilation cache is
+        shared (without one, running the first job alone only delays the others)."""
+        self.first_alone = compile_cache is not None if first_alone is None else bool(first_alone)
+
     def submit_iter(self, fn, items):
         items = list(items)
         if not self.first_alone or len(items) < 2:

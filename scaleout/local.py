@@ -92,7 +92,7 @@ class LocalExecutor(WorkerExecutor):
         self.env = worker_env(max(1, (os.cpu_count() or 1) // self.workers))
         if compile_cache is not None:
             self.env.update(compile_cache_env(compile_cache))
-        self.first_alone = compile_cache is not None if first_alone is None else first_alone
+        self.set_first_alone(first_alone, compile_cache)
         self.initializer, self.initargs = initializer, tuple(initargs)
         self.pool: cf.ProcessPoolExecutor | None = None
 

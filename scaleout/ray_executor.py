@@ -55,7 +55,7 @@ class RayExecutor(WorkerExecutor):
                  cpus_per_job: float = 1, runtime_env: dict | None = None, compile_cache=None,
                  first_alone: bool | None = None):
         self.max_retries, self.cpus_per_job = int(max_retries), cpus_per_job
-        self.first_alone = compile_cache is not None if first_alone is None else first_alone
+        self.set_first_alone(first_alone, compile_cache)
         self.pending: list = []
         self.owns_runtime = not ray.is_initialized()
         if self.owns_runtime:

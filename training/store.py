@@ -10,6 +10,7 @@ import json
 import os
 import sqlite3
 import time
+import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -96,13 +97,24 @@ class Store:
         return FRAMES[self.meta("table") or "ptpp"](pd.DataFrame(data))
 
 
+def write_atomically(path: str | Path, write) -> None:
+    """``write(tmp)`` to a temporary file beside ``path``, then rename it over ``path``: a kill
+    never leaves a truncated file, and the temporary name is unique (process id and a random
+    part), so two processes writing the same path at once (a retried job beside the one it
+    replaces) never move each other's file away; the last rename wins."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def export(store_path: str | Path, out_csv: str | Path) -> int:
     """Write the store's rows to a CSV (atomically); returns the number of rows."""
     if not Path(store_path).exists():
         raise FileNotFoundError(f"no results store at {store_path}")
     df = Store(store_path).frame()
-    out_csv = Path(out_csv)
-    tmp = out_csv.with_name(out_csv.name + ".tmp")
-    df.to_csv(tmp, index=False, float_format="%.6g")
-    os.replace(tmp, out_csv)
+    write_atomically(out_csv, lambda tmp: df.to_csv(tmp, index=False, float_format="%.6g"))
     return len(df)
