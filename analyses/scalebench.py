@@ -22,6 +22,8 @@ Run (niced; ``--workers`` processes):
         --methods bayes,v_opt        # the protocol's 64-start refit against 1024 starts
     nice -n 10 python analyses/scalebench.py --basin farseer_scaling_law sl_1 --seeds 0-2 \
         --methods bayes              # how many of 64 starts reach the best basin: jax and scipy
+    nice -n 10 python analyses/scalebench.py --purchases farseer_scaling_law sl_1 --seeds 0-9 \
+        --methods bayes,v_opt        # what was bought; the refit's basin-hit rate and expected R^2
 """
 from __future__ import annotations
 
@@ -72,11 +74,22 @@ BUDGETS = (0.01, 0.05, 0.1)
 N_STARTS = bs.design.harness.N_STARTS
 
 
+#: Labels of ``bayes`` with options, runnable beside the plain methods (``--methods``).
+VARIANTS = {"bayes-rehearsal": ("bayes", {"rehearsal": 128}),
+            "bayes-plain": ("bayes", {"rehearsal": 0})}
+
+
+def resolve(label):
+    """``(method, options)`` of a method name or a :data:`VARIANTS` label."""
+    return VARIANTS.get(label, (label, {}))
+
+
 def job(args):
     """One (task, law, method, seed): the harness's per-seed job, rows tagged with the key."""
     task_name, law_id, method, seed, data_dir = args
     task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
-    rows = bs.design.seed_job((task, method, seed, "jax", {}))
+    name, options = resolve(method)
+    rows = bs.design.seed_job((task, name, seed, "jax", options))
     return [dict(task=task_name, law=law_id, method=method, **r) for r in rows]
 
 
@@ -372,6 +385,65 @@ def basin(task_name, law_id, seeds, method, data_dir, many=1024):
     return 0
 
 
+def purchases(task_name, law_id, seeds, methods, data_dir, many=512):
+    """What each method bought and how the protocol's refit fares on it, per seed and checkpoint:
+    runs, distinct model sizes, the spread of the law's inputs (log10 range), the share of
+    ``many`` uniform starts ending within 1.05x of their best SSE (``hit``), the probability
+    that 64 starts miss that basin (``miss64``), the target R^2 of the best start (``r2_best``),
+    the expected R^2 of the best of 64 starts over the start draws (``r2_expected``,
+    :func:`fitting.best_of_weights`) and the score of the protocol's own draw (``r2_protocol``).
+    Writes ``purchases_<task>_<law>.md``."""
+    task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
+    law = task.law
+    rows = []
+    for method in methods:
+        for seed in seeds:
+            name, options = resolve(method)
+            for budget, states, fits in bs.design.checkpoints((task, name, int(seed), "jax",
+                                                               options)):
+                for st, (starts, _) in zip(states, fits):
+                    if starts is None or not starts.ok:
+                        continue
+                    g, obs = st.group, st.observed
+                    x = {v: a[obs] for v, a in g.x.items()}
+                    big = fitting.least_squares(law, x, g.y[obs], fitting.uniform_starts(
+                        law, many, np.random.default_rng(20_000 + seed)))
+                    ok = np.isfinite(big.sse)
+                    pred = np.asarray(fitting.predictor(law)(big.theta[ok], g.x_test))
+                    r2s = np.full(many, -1.0)
+                    r2s[ok] = [fitting.r2_clipped(g.y_test, p) for p in pred]
+                    hit = float(np.mean(big.sse < 1.05 * big.sse[ok].min()))
+                    row = {"method": method, "seed": seed, "budget": budget, "n_runs": len(obs),
+                           "cost_share": st.spent / st.total}
+                    for v in law.variables:
+                        row[f"{v}_distinct"] = len(np.unique(x[v]))
+                        row[f"{v}_log10_range"] = float(np.ptp(np.log10(x[v])))
+                    row.update(hit=hit, miss64=(1 - hit) ** N_STARTS,
+                               r2_best=float(r2s[np.argmin(np.where(ok, big.sse, np.inf))]),
+                               r2_expected=float(fitting.best_of_weights(big.sse, N_STARTS) @ r2s),
+                               r2_protocol=fitting.r2_clipped(g.y_test, np.asarray(
+                                   fitting.predictor(law)(starts.best[None], g.x_test))[0]))
+                    rows.append(row)
+                    print({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()},
+                          flush=True)
+    df = pd.DataFrame(rows)
+    mean = df.groupby(["method", "budget"]).mean(numeric_only=True).drop(columns="seed")
+    command = (f"`nice -n 10 python analyses/scalebench.py --purchases {task_name} {law_id} "
+               f"--seeds {min(seeds)}-{max(seeds)} --methods {','.join(methods)}`")
+    text = "\n".join([
+        f"# {SHORT.get(task_name, task_name)} {law_id}: what was bought and how the protocol's "
+        "refit fares on it", "", command, "",
+        f"`hit`: share of {many} uniform starts ending within 1.05x of their best SSE; `miss64` = "
+        "(1 - hit)^64; `r2_best`: target R^2 of the best of them; `r2_expected`: expected R^2 of "
+        "the best of 64 starts drawn from them; `r2_protocol`: the protocol's own draw.", "",
+        markdown_table(df.round(4)), "", "Mean over seeds:", "",
+        markdown_table(mean.round(3).reset_index()), ""])
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"purchases_{SHORT.get(task_name, task_name)}_{law_id}.md").write_text(text)
+    print(mean.round(3).to_string())
+    return 0
+
+
 def time_jobs(specs, method, data_dir):
     """Run ``TASK:LAW:SEED`` jobs of ``method`` one after another in this process and print, per
     job, the runs bought at each checkpoint, a digest of the purchases (to compare two versions of
@@ -382,7 +454,8 @@ def time_jobs(specs, method, data_dir):
         task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
         t0, c0 = time.perf_counter(), time.process_time()
         bought, digest = [], hashlib.sha256()
-        for _, states, _ in bs.design.checkpoints((task, method, int(seed), "jax", {})):
+        name, options = resolve(method)
+        for _, states, _ in bs.design.checkpoints((task, name, int(seed), "jax", options)):
             bought.append(sum(len(st.observed) for st in states))
             for st in states:
                 digest.update(np.sort(st.observed).astype(np.int64).tobytes())
@@ -438,6 +511,7 @@ def main(argv=None, compile_cache=None):
     ap.add_argument("--refit-starts", nargs=2, metavar=("TASK", "LAW"))
     ap.add_argument("--time-jobs", nargs="+", metavar="TASK:LAW:SEED")
     ap.add_argument("--basin", nargs=2, metavar=("TASK", "LAW"))
+    ap.add_argument("--purchases", nargs=2, metavar=("TASK", "LAW"))
     a = ap.parse_args(argv)
     if a.compile_cache:
         scaleout.use_compile_cache(a.compile_cache)  # this process and the workers it starts
@@ -451,6 +525,8 @@ def main(argv=None, compile_cache=None):
     if a.refit_starts:
         return refit_starts(*a.refit_starts, parse_seeds(a.seeds), a.methods.split(","),
                             a.data_dir)
+    if a.purchases:
+        return purchases(*a.purchases, parse_seeds(a.seeds), a.methods.split(","), a.data_dir)
     if a.basin:
         return basin(*a.basin, parse_seeds(a.seeds), a.methods.split(",")[0], a.data_dir)
     if a.time_jobs:

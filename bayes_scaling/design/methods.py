@@ -31,7 +31,8 @@ import numpy as np
 
 from ..errors import BayesScalingError
 from .acquisition import RULES, best_rule, greedy_linear, greedy_refit
-from .fitting import jacobian_theta, least_squares, uniform_starts
+from .fitting import (from_unconstrained, jacobian_theta, least_squares, predictor,
+                      start_lottery, uniform_starts)
 from .posterior import LaplaceMixture, kernel
 
 #: Starts of the refit a method makes between purchases (its previous optima plus uniform draws).
@@ -180,11 +181,17 @@ class Bayes(_ModelBased):
     """
 
     def __init__(self, batch: int = 4, cost_power: float = 1.0, discrepancy: float = 1.0,
-                 greedy: str = "auto", criterion: str = "refit"):
+                 greedy: str = "auto", criterion: str = "refit", rehearsal: int = 0,
+                 protocol_starts: int = 64):
         if greedy not in ("auto", "ratio", "gain"):
             raise BayesScalingError(f"greedy must be 'auto', 'ratio' or 'gain', got {greedy!r}")
         if criterion not in ("refit", "posterior"):
             raise BayesScalingError(f"criterion must be 'refit' or 'posterior', got {criterion!r}")
+        if int(rehearsal) < 0 or int(protocol_starts) < 1:
+            raise BayesScalingError("rehearsal must be 0 (off) or a number of starts, and "
+                                    f"protocol_starts positive; got {rehearsal}, {protocol_starts}")
+        self.rehearsal = int(rehearsal)
+        self.protocol_starts = int(protocol_starts)
         self.batch = int(batch)
         self.cost_power = float(cost_power)
         self.discrepancy = float(discrepancy)
@@ -219,9 +226,39 @@ class Bayes(_ModelBased):
             return greedy_linear(C, nt, post.sigma2, g.cost[aff], room, cost_power=power,
                                  max_picks=picks)
 
-        _, (picks, _, _), _ = best_rule(run, ("ratio", "gain") if self.greedy == "auto"
-                                        else (self.greedy,))
+        rules = ("ratio", "gain") if self.greedy == "auto" else (self.greedy,)
+        if self.rehearsal and self.greedy == "auto":
+            return aff[self.rehearse(state, post, aff, {r: run(RULES[r]) for r in RULES})[:batch]]
+        _, (picks, _, _), _ = best_rule(run, rules)
         return aff[picks[:batch]]
+
+    def rehearse(self, state, post, aff, plans) -> list:
+        """The plan (one per greedy rule: ``(picks, values, v0)``, picks into ``aff``) whose
+        whole purchase has the lowest expected refit error plus start lottery: each distinct plan
+        is rehearsed on the runs bought (their observed targets) plus its picks, valued at the
+        posterior's heaviest mode, refitted from ``rehearsal`` uniform starts (the same draw for
+        every plan), and scored by its final criterion plus the expected deviation at the target
+        rows of the best of ``protocol_starts`` starts from the best start
+        (:func:`.fitting.start_lottery`; docs/design.md, "The refit's start lottery")."""
+        g, law = state.group, state.law
+        theta0 = uniform_starts(law, self.rehearsal, np.random.default_rng(len(state.observed)))
+        mode = from_unconstrained(law, post.u[int(np.argmax(post.weights))])
+        seen, best = {}, None
+        for rule, (picks, values, v0) in plans.items():
+            key = tuple(sorted(picks))
+            if key not in seen:
+                rows = np.concatenate([state.observed, aff[list(picks)]]).astype(int)
+                y = np.concatenate([g.y[state.observed], np.asarray(predictor(law)(
+                    mode[None], {v: a[aff[list(picks)]] for v, a in g.x.items()}))[0]])
+                lot = start_lottery(law, {v: a[rows] for v, a in g.x.items()}, y, g.x_test,
+                                    theta0, self.protocol_starts)
+                seen[key] = (values[-1] if values else v0) + lot.excess
+                state.memory.setdefault("rehearsals", []).append(
+                    dict(n_bought=len(state.observed), rule=rule, runs=len(picks),
+                         criterion=values[-1] if values else v0, excess=lot.excess, hit=lot.hit))
+            if best is None or seen[key] < best[0]:
+                best = (seen[key], list(picks))
+        return best[1]
 
     def limit(self, state) -> float:
         """The current checkpoint's budget: a run held over to the next checkpoint would leave
