@@ -238,7 +238,7 @@ class Lottery:
     """What the ``k``-start refit's draw of starts costs at the targets (:func:`start_lottery`)."""
 
     excess: float  # expected summed squared deviation of the best of k from the best of R
-    hit: float  # share of the R starts ending within ``tol`` x the best SSE
+    hit: float  # share of the R starts ending in the best start's basin (SSE within ``tol``)
 
 
 def start_lottery(law: Law, x: dict, y, x_target: dict, theta0, k: int,
@@ -252,7 +252,9 @@ def start_lottery(law: Law, x: dict, y, x_target: dict, theta0, k: int,
 
     the expected summed squared deviation of that refit's target forecasts from those of the
     refit that reaches the best basin found. A start whose forecasts are not finite counts as the
-    largest finite deviation (every deviation when none is finite: ``excess = inf``)."""
+    largest finite deviation (every deviation when none is finite: ``excess = inf``). ``hit``:
+    the share of starts whose SSE is within ``tol`` times the best (plus 1e-10 of the targets'
+    sum of squares about their mean, for a table the law fits exactly)."""
     st = least_squares(law, x, y, theta0)
     if not st.ok:
         return Lottery(np.inf, 0.0)
@@ -261,4 +263,6 @@ def start_lottery(law: Law, x: dict, y, x_target: dict, theta0, k: int,
     good = np.isfinite(dev) & np.isfinite(st.sse)
     dev = np.where(good, dev, dev[good].max() if good.any() else np.inf)
     pi = best_of_weights(st.sse, k)
-    return Lottery(float(pi @ dev), float(np.mean(st.sse < tol * st.sse.min())))
+    y = np.asarray(y, float)
+    floor = 1e-10 * float(np.sum((y - y.mean()) ** 2))
+    return Lottery(float(pi @ dev), float(np.mean(st.sse <= tol * st.sse.min() + floor)))
