@@ -131,32 +131,36 @@ def summarise():
              "Table 2 (SOURCE.md). Refit: 64 starts uniform in the bounds, L-BFGS in the",
              "unconstrained coordinates (one compiled JAX program; see docs/design.md for how it",
              "compares with the benchmark's scipy L-BFGS-B). A seed whose laws are not all done",
-             "averages the laws done.", ""]
+             "averages the laws done. `bayes-rehearsal`: `bayes` with `rehearsal=128` (each",
+             "greedy plan's start lottery weighed in, docs/design.md); `bayes-plain`: `bayes` as",
+             "`bayes` (rehearsal off), rerun with the rehearsal's version of the code.", ""]
+    methods = METHODS + [v for v in VARIANTS if v in set(df.method)]
+    ours = [m for m in methods if m.startswith("bayes")]
     for stat, title in (("r2_protocol", "Protocol refit R^2: ours (paper's Table 2)"),
                         ("r2_posterior", "Posterior-median R^2"),
                         ("coverage90", "Coverage of the 90% predictive intervals")):
         paper_cols = stat == "r2_protocol"
-        head = ["task", "budget"] + METHODS + (["MSPE (paper)", "bayes - MSPE"] if paper_cols
-                                               else [])
+        head = ["task", "budget"] + methods + (
+            ["MSPE (paper)"] + [f"{m} - MSPE" for m in ours] if paper_cols else [])
         lines += [f"## {title}", "", "| " + " | ".join(head) + " |",
                   "|" + "---|" * len(head)]
         for task, t in SHORT.items():
             for j, b in enumerate(BUDGETS):
-                cells, bayes = [], None
-                for m in METHODS:
+                cells, mean = [], {}
+                for m in methods:
                     sub = df[(df.method == m) & (df.t == t) & np.isclose(df.budget, b)]
                     cell = "-"
                     if len(sub):
                         per_seed = sub.groupby("seed")[stat].mean()
                         cell = f"{per_seed.mean():.2f}±{per_seed.std(ddof=0):.2f} n={len(sub)}"
-                        bayes = per_seed.mean() if m == "bayes" else bayes
+                        mean[m] = per_seed.mean()
                     if paper_cols and m in PAPER:
                         cell += f" ({PAPER[m][t][j]:.2f})"
                     cells.append(cell)
                 if paper_cols:
                     mspe = PAPER["mspe"][t][j]
-                    cells += [f"{mspe:.2f}±{MSPE_STD[t][j]:.2f}",
-                              "-" if bayes is None else f"{bayes - mspe:+.2f}"]
+                    cells += [f"{mspe:.2f}±{MSPE_STD[t][j]:.2f}"] + [
+                        f"{mean[m] - mspe:+.2f}" if m in mean else "-" for m in ours]
                 lines.append(f"| {t} | {int(b * 100)}% | " + " | ".join(cells) + " |")
         lines.append("")
     jobs = df.groupby(KEY + ["t"], as_index=False).seconds.max()  # a job's rows are cumulative
@@ -185,7 +189,7 @@ def figures(df):
         if sub.empty:
             continue
         fig, ax = plt.subplots(figsize=(5, 3.5))
-        for m in METHODS:
+        for m in METHODS + [v for v in VARIANTS if v in set(df.method)]:
             s = sub[sub.method == m]
             if s.empty:
                 continue
