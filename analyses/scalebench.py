@@ -430,10 +430,22 @@ def purchases(task_name, law_id, seeds, methods, data_dir, many=512):
                     rows.append(row)
                     print({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()},
                           flush=True)
-    df = pd.DataFrame(rows)
+    write_purchases(pd.DataFrame(rows), task_name, law_id, many)
+    return 0
+
+
+def write_purchases(df, task_name, law_id, many=512):
+    """Merge ``df`` (rows of :func:`purchases`) into ``purchases_<task>_<law>.csv`` (the methods
+    in ``df`` replace their earlier rows) and write the table and its means as ``.md``."""
+    stem = OUT / f"purchases_{SHORT.get(task_name, task_name)}_{law_id}"
+    if stem.with_suffix(".csv").exists():
+        old = pd.read_csv(stem.with_suffix(".csv"))
+        df = pd.concat([old[~old.method.isin(set(df.method))], df], ignore_index=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    df.to_csv(stem.with_suffix(".csv"), index=False)
     mean = df.groupby(["method", "budget"]).mean(numeric_only=True).drop(columns="seed")
     command = (f"`nice -n 10 python analyses/scalebench.py --purchases {task_name} {law_id} "
-               f"--seeds {min(seeds)}-{max(seeds)} --methods {','.join(methods)}`")
+               "--seeds <seeds> --methods <methods>` (rows of every method run, merged)")
     text = "\n".join([
         f"# {SHORT.get(task_name, task_name)} {law_id}: what was bought and how the protocol's "
         "refit fares on it", "", command, "",
@@ -442,10 +454,8 @@ def purchases(task_name, law_id, seeds, methods, data_dir, many=512):
         "the best of 64 starts drawn from them; `r2_protocol`: the protocol's own draw.", "",
         markdown_table(df.round(4)), "", "Mean over seeds:", "",
         markdown_table(mean.round(3).reset_index()), ""])
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"purchases_{SHORT.get(task_name, task_name)}_{law_id}.md").write_text(text)
+    stem.with_suffix(".md").write_text(text)
     print(mean.round(3).to_string())
-    return 0
 
 
 def time_jobs(specs, method, data_dir):
