@@ -76,6 +76,8 @@ N_STARTS = bs.design.harness.N_STARTS
 
 #: Labels of ``bayes`` with options, runnable beside the plain methods (``--methods``).
 VARIANTS = {"bayes-rehearsal": ("bayes", {"rehearsal": 128}),
+            "bayes-rehearsal-2rules": ("bayes", {"rehearsal": 128,
+                                                 "rehearsal_rules": ("ratio", "gain")}),
             "bayes-plain": ("bayes", {"rehearsal": 0})}
 
 

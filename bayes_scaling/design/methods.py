@@ -24,6 +24,8 @@ Ours:
   current checkpoint's budget by the per-cost and the gain-only rule, the plan ending lower kept.
   ``criterion="posterior"`` reduces the posterior's own target variance instead
   (:func:`.acquisition.greedy_linear` on :meth:`.posterior.LaplaceMixture.joint_cov`).
+  ``rehearsal=R`` (off by default) weighs each rule's plan by the start lottery of the
+  protocol's refit on it, rehearsed from ``R`` starts (:meth:`Bayes.rehearse`).
 """
 from __future__ import annotations
 
@@ -178,11 +180,15 @@ class Bayes(_ModelBased):
     ``criterion="refit"`` (default): the expected error of the least-squares refit of the law at
     the targets, the discrepancy included (:func:`.acquisition.greedy_refit`);
     ``"posterior"``: the posterior's own target variance (:func:`.acquisition.greedy_linear`).
+
+    ``rehearsal``: 0 (default, off) or the number of uniform starts of the rehearsed refit that
+    scores each plan of ``rehearsal_rules`` by its criterion plus the start lottery of a refit
+    keeping the best of ``protocol_starts`` starts (:meth:`rehearse`); needs ``greedy="auto"``.
     """
 
     def __init__(self, batch: int = 4, cost_power: float = 1.0, discrepancy: float = 1.0,
                  greedy: str = "auto", criterion: str = "refit", rehearsal: int = 0,
-                 protocol_starts: int = 64):
+                 protocol_starts: int = 64, rehearsal_rules=("ratio", "gain", "half")):
         if greedy not in ("auto", "ratio", "gain"):
             raise BayesScalingError(f"greedy must be 'auto', 'ratio' or 'gain', got {greedy!r}")
         if criterion not in ("refit", "posterior"):
@@ -190,7 +196,11 @@ class Bayes(_ModelBased):
         if int(rehearsal) < 0 or int(protocol_starts) < 1:
             raise BayesScalingError("rehearsal must be 0 (off) or a number of starts, and "
                                     f"protocol_starts positive; got {rehearsal}, {protocol_starts}")
+        if not set(rehearsal_rules) <= set(RULES) or not rehearsal_rules:
+            raise BayesScalingError(f"rehearsal_rules must be among {sorted(RULES)}, got "
+                                    f"{rehearsal_rules}")
         self.rehearsal = int(rehearsal)
+        self.rehearsal_rules = tuple(rehearsal_rules)
         self.protocol_starts = int(protocol_starts)
         self.batch = int(batch)
         self.cost_power = float(cost_power)
@@ -226,10 +236,11 @@ class Bayes(_ModelBased):
             return greedy_linear(C, nt, post.sigma2, g.cost[aff], room, cost_power=power,
                                  max_picks=picks)
 
-        rules = ("ratio", "gain") if self.greedy == "auto" else (self.greedy,)
         if self.rehearsal and self.greedy == "auto":
-            return aff[self.rehearse(state, post, aff, {r: run(RULES[r]) for r in RULES})[:batch]]
-        _, (picks, _, _), _ = best_rule(run, rules)
+            plans = {r: run(RULES[r]) for r in self.rehearsal_rules}
+            return aff[self.rehearse(state, post, aff, plans)[:batch]]
+        _, (picks, _, _), _ = best_rule(run, ("ratio", "gain") if self.greedy == "auto"
+                                        else (self.greedy,))
         return aff[picks[:batch]]
 
     def rehearse(self, state, post, aff, plans) -> list:
