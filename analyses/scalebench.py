@@ -75,9 +75,10 @@ N_STARTS = bs.design.harness.N_STARTS
 
 
 #: Labels of ``bayes`` with options, runnable beside the plain methods (``--methods``).
-VARIANTS = {"bayes-rehearsal": ("bayes", {"rehearsal": 128}),
-            "bayes-rehearsal-2rules": ("bayes", {"rehearsal": 128,
-                                                 "rehearsal_rules": ("ratio", "gain")}),
+RULES3 = ("ratio", "gain", "half")
+VARIANTS = {"bayes-rehearsal": ("bayes", {"rehearsal": 128, "rules": RULES3}),
+            "bayes-rehearsal-2rules": ("bayes", {"rehearsal": 128}),
+            "bayes-3rules": ("bayes", {"rules": RULES3}),
             "bayes-plain": ("bayes", {"rehearsal": 0})}
 
 
@@ -133,10 +134,12 @@ def summarise():
              "Table 2 (SOURCE.md). Refit: 64 starts uniform in the bounds, L-BFGS in the",
              "unconstrained coordinates (one compiled JAX program; see docs/design.md for how it",
              "compares with the benchmark's scipy L-BFGS-B). A seed whose laws are not all done",
-             "averages the laws done. `bayes-rehearsal`: `bayes` with `rehearsal=128` (each",
-             "greedy plan's start lottery weighed in, docs/design.md); `bayes-plain`: `bayes` as",
-             "`bayes` (rehearsal off), rerun with the rehearsal's version of the code.", ""]
-    methods = METHODS + [v for v in VARIANTS if v in set(df.method)]
+             "averages the laws done. `bayes-rehearsal`: `bayes` with `rehearsal=128` over the",
+             "plans of three greedy rules (ratio, gain, cost power 1/2; each plan's start lottery",
+             "weighed in, docs/design.md); `bayes-rehearsal-2rules`: the same over the ratio and",
+             "gain plans; `bayes-3rules`: the three rules' plans without the rehearsal;",
+             "`bayes-plain`: `bayes` (its defaults), rerun with this version of the code.", ""]
+    methods = METHODS + [v for v in ("bayes-rehearsal",) if v in set(df.method)]
     ours = [m for m in methods if m.startswith("bayes")]
     for stat, title in (("r2_protocol", "Protocol refit R^2: ours (paper's Table 2)"),
                         ("r2_posterior", "Posterior-median R^2"),
@@ -165,6 +168,7 @@ def summarise():
                         f"{mean[m] - mspe:+.2f}" if m in mean else "-" for m in ours]
                 lines.append(f"| {t} | {int(b * 100)}% | " + " | ".join(cells) + " |")
         lines.append("")
+    lines += variants_table(df)
     jobs = df.groupby(KEY + ["t"], as_index=False).seconds.max()  # a job's rows are cumulative
     rt = jobs.groupby(["method", "t"]).seconds.agg(["sum", "mean", "count"])
     lines += ["## Runtime (seconds of one seed job, one process; sum over the jobs done)", "",
@@ -180,6 +184,32 @@ def summarise():
     print("\n".join(lines))
 
 
+def variants_table(df) -> list[str]:
+    """Each ``bayes`` variant of :data:`VARIANTS` beside ``bayes`` (``bayes-plain`` where it was
+    rerun) on the same (law, seed) jobs: mean r2_protocol at each budget."""
+    lines = ["## bayes variants against bayes on the same jobs", "",
+             "Mean r2_protocol over the (law, seed) jobs the variant has run; the reference is",
+             "`bayes-plain` (rerun with the variants' code) where it has run those jobs, else",
+             "`bayes`.", "", "| task | variant | jobs | reference | 1% | 5% | 10% |",
+             "|---|---|---|---|---|---|---|"]
+    for task, t in SHORT.items():
+        for v in VARIANTS:
+            if v == "bayes-plain":
+                continue
+            sub = df[(df.t == t) & (df.method == v)]
+            if sub.empty:
+                continue
+            jobs = sub[["law", "seed"]].drop_duplicates()
+            for ref in ("bayes-plain", "bayes"):
+                base = df[(df.t == t) & (df.method == ref)].merge(jobs)
+                if base[["law", "seed"]].drop_duplicates().shape[0] == len(jobs):
+                    break
+            cells = [f"{b.r2_protocol.mean():.2f} -> {s.r2_protocol.mean():.2f}"
+                     for (_, b), (_, s) in zip(base.groupby("budget"), sub.groupby("budget"))]
+            lines.append(f"| {t} | {v} | {len(jobs)} | {ref} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def figures(df):
     import matplotlib
 
@@ -191,7 +221,7 @@ def figures(df):
         if sub.empty:
             continue
         fig, ax = plt.subplots(figsize=(5, 3.5))
-        for m in METHODS + [v for v in VARIANTS if v in set(df.method)]:
+        for m in METHODS + [v for v in ("bayes-rehearsal",) if v in set(df.method)]:
             s = sub[sub.method == m]
             if s.empty:
                 continue

@@ -85,5 +85,5 @@ def test_rehearsal_options_are_checked():
         methods.make("bayes", rehearsal=-1)
     with pytest.raises(BayesScalingError, match="protocol_starts"):
         methods.make("bayes", protocol_starts=0)
-    with pytest.raises(BayesScalingError, match="rehearsal_rules"):
-        methods.make("bayes", rehearsal=64, rehearsal_rules=("ratio", "cheapest"))
+    with pytest.raises(BayesScalingError, match="rules"):
+        methods.make("bayes", rehearsal=64, rules=("ratio", "cheapest"))

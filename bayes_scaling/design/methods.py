@@ -181,14 +181,15 @@ class Bayes(_ModelBased):
     the targets, the discrepancy included (:func:`.acquisition.greedy_refit`);
     ``"posterior"``: the posterior's own target variance (:func:`.acquisition.greedy_linear`).
 
-    ``rehearsal``: 0 (default, off) or the number of uniform starts of the rehearsed refit that
-    scores each plan of ``rehearsal_rules`` by its criterion plus the start lottery of a refit
-    keeping the best of ``protocol_starts`` starts (:meth:`rehearse`); needs ``greedy="auto"``.
+    ``rules``: the greedy rules whose plans ``greedy="auto"`` compares (:data:`.acquisition.RULES`;
+    default the ratio and gain rules). ``rehearsal``: 0 (default, off) or the number of uniform
+    starts of the rehearsed refit that scores each rule's plan by its criterion plus the start
+    lottery of a refit keeping the best of ``protocol_starts`` starts (:meth:`rehearse`).
     """
 
     def __init__(self, batch: int = 4, cost_power: float = 1.0, discrepancy: float = 1.0,
                  greedy: str = "auto", criterion: str = "refit", rehearsal: int = 0,
-                 protocol_starts: int = 64, rehearsal_rules=("ratio", "gain", "half")):
+                 protocol_starts: int = 64, rules=("ratio", "gain")):
         if greedy not in ("auto", "ratio", "gain"):
             raise BayesScalingError(f"greedy must be 'auto', 'ratio' or 'gain', got {greedy!r}")
         if criterion not in ("refit", "posterior"):
@@ -196,11 +197,10 @@ class Bayes(_ModelBased):
         if int(rehearsal) < 0 or int(protocol_starts) < 1:
             raise BayesScalingError("rehearsal must be 0 (off) or a number of starts, and "
                                     f"protocol_starts positive; got {rehearsal}, {protocol_starts}")
-        if not set(rehearsal_rules) <= set(RULES) or not rehearsal_rules:
-            raise BayesScalingError(f"rehearsal_rules must be among {sorted(RULES)}, got "
-                                    f"{rehearsal_rules}")
+        if not set(rules) <= set(RULES) or not rules:
+            raise BayesScalingError(f"rules must be among {sorted(RULES)}, got {rules}")
         self.rehearsal = int(rehearsal)
-        self.rehearsal_rules = tuple(rehearsal_rules)
+        self.rules = tuple(rules)
         self.protocol_starts = int(protocol_starts)
         self.batch = int(batch)
         self.cost_power = float(cost_power)
@@ -237,9 +237,9 @@ class Bayes(_ModelBased):
                                  max_picks=picks)
 
         if self.rehearsal and self.greedy == "auto":
-            plans = {r: run(RULES[r]) for r in self.rehearsal_rules}
+            plans = {r: run(RULES[r]) for r in self.rules}
             return aff[self.rehearse(state, post, aff, plans)[:batch]]
-        _, (picks, _, _), _ = best_rule(run, ("ratio", "gain") if self.greedy == "auto"
+        _, (picks, _, _), _ = best_rule(run, self.rules if self.greedy == "auto"
                                         else (self.greedy,))
         return aff[picks[:batch]]
 
