@@ -467,12 +467,15 @@ def purchases(task_name, law_id, seeds, methods, data_dir, many=512):
 
 
 def write_purchases(df, task_name, law_id, many=512):
-    """Merge ``df`` (rows of :func:`purchases`) into ``purchases_<task>_<law>.csv`` (the methods
-    in ``df`` replace their earlier rows) and write the table and its means as ``.md``."""
+    """Merge ``df`` (rows of :func:`purchases`) into ``purchases_<task>_<law>.csv`` (its
+    (method, seed) pairs replace their earlier rows) and write the table and its means as
+    ``.md``."""
     stem = OUT / f"purchases_{SHORT.get(task_name, task_name)}_{law_id}"
     if stem.with_suffix(".csv").exists():
         old = pd.read_csv(stem.with_suffix(".csv"))
-        df = pd.concat([old[~old.method.isin(set(df.method))], df], ignore_index=True)
+        new = set(zip(df.method, df.seed))
+        df = pd.concat([old[[k not in new for k in zip(old.method, old.seed)]], df],
+                       ignore_index=True).sort_values(["method", "seed", "budget"])
     OUT.mkdir(parents=True, exist_ok=True)
     df.to_csv(stem.with_suffix(".csv"), index=False)
     mean = df.groupby(["method", "budget"]).mean(numeric_only=True).drop(columns="seed")

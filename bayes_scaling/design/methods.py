@@ -258,15 +258,18 @@ class Bayes(_ModelBased):
         for rule, (picks, values, v0) in plans.items():
             key = tuple(sorted(picks))
             if key not in seen:
-                rows = np.concatenate([state.observed, aff[list(picks)]]).astype(int)
-                y = np.concatenate([g.y[state.observed], np.asarray(predictor(law)(
-                    mode[None], {v: a[aff[list(picks)]] for v, a in g.x.items()}))[0]])
-                lot = start_lottery(law, {v: a[rows] for v, a in g.x.items()}, y, g.x_test,
+                bought = aff[list(picks)]
+                rows = np.concatenate([state.observed, bought]).astype(int)
+                sim = np.asarray(predictor(law)(mode[None], {v: a[bought]
+                                                             for v, a in g.x.items()}))[0]
+                lot = start_lottery(law, {v: a[rows] for v, a in g.x.items()},
+                                    np.concatenate([g.y[state.observed], sim]), g.x_test,
                                     theta0, self.protocol_starts)
-                seen[key] = (values[-1] if values else v0) + lot.excess
+                final = values[-1] if values else v0
+                seen[key] = final + lot.excess
                 state.memory.setdefault("rehearsals", []).append(
                     dict(n_bought=len(state.observed), rule=rule, runs=len(picks),
-                         criterion=values[-1] if values else v0, excess=lot.excess, hit=lot.hit))
+                         criterion=final, excess=lot.excess, hit=lot.hit))
             if best is None or seen[key] < best[0]:
                 best = (seen[key], list(picks))
         return best[1]
