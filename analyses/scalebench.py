@@ -192,7 +192,7 @@ def variants_table(df) -> list[str]:
              "`bayes-plain` (rerun with the variants' code) where it has run those jobs, else",
              "`bayes`.", "", "| task | variant | jobs | reference | 1% | 5% | 10% |",
              "|---|---|---|---|---|---|---|"]
-    for task, t in SHORT.items():
+    for t in SHORT.values():
         for v in VARIANTS:
             if v == "bayes-plain":
                 continue
@@ -204,8 +204,9 @@ def variants_table(df) -> list[str]:
                 base = df[(df.t == t) & (df.method == ref)].merge(jobs)
                 if base[["law", "seed"]].drop_duplicates().shape[0] == len(jobs):
                     break
-            cells = [f"{b.r2_protocol.mean():.2f} -> {s.r2_protocol.mean():.2f}"
-                     for (_, b), (_, s) in zip(base.groupby("budget"), sub.groupby("budget"))]
+            before = base.groupby("budget").r2_protocol.mean()
+            after = sub.groupby("budget").r2_protocol.mean()
+            cells = [f"{before[b]:.2f} -> {after[b]:.2f}" for b in after.index]
             lines.append(f"| {t} | {v} | {len(jobs)} | {ref} | " + " | ".join(cells) + " |")
     return lines + [""]
 
@@ -481,12 +482,13 @@ def write_purchases(df, task_name, law_id, many=512):
     mean = df.groupby(["method", "budget"]).mean(numeric_only=True).drop(columns="seed")
     command = (f"`nice -n 10 python analyses/scalebench.py --purchases {task_name} {law_id} "
                "--seeds <seeds> --methods <methods>` (rows of every method run, merged)")
-    text = "\n".join([
-        f"# {SHORT.get(task_name, task_name)} {law_id}: what was bought and how the protocol's "
-        "refit fares on it", "", command, "",
-        f"`hit`: share of {many} uniform starts ending within 1.05x of their best SSE; `miss64` = "
-        "(1 - hit)^64; `r2_best`: target R^2 of the best of them; `r2_expected`: expected R^2 of "
-        "the best of 64 starts drawn from them; `r2_protocol`: the protocol's own draw.", "",
+    title = (f"# {SHORT.get(task_name, task_name)} {law_id}: what was bought and how the "
+             "protocol's refit fares on it")
+    legend = (f"`hit`: share of {many} uniform starts ending within 1.05x of their best SSE; "
+              "`miss64` = (1 - hit)^64; `r2_best`: target R^2 of the best of them; "
+              "`r2_expected`: expected R^2 of the best of 64 starts drawn from them; "
+              "`r2_protocol`: the protocol's own draw.")
+    text = "\n".join([title, "", command, "", legend, "",
         markdown_table(df.round(4)), "", "Mean over seeds:", "",
         markdown_table(mean.round(3).reset_index()), ""])
     stem.with_suffix(".md").write_text(text)

@@ -51,7 +51,8 @@ def test_start_lottery_finds_the_purchase_whose_refit_hits_its_basin():
         x = np.array(OBSERVED + extra)
         lots[name] = fitting.start_lottery(COS, {"x": x}, _law(x), TARGETS, th0, 64)
     assert lots["near"].hit > 0.25 and lots["far"].hit < 0.12
-    assert lots["near"].excess < 1e-6 < 1e-4 < lots["far"].excess
+    assert lots["near"].excess < 1e-6
+    assert lots["far"].excess > 1e-4
 
 
 def test_rehearsal_prefers_the_plan_the_refit_lands_on():
@@ -73,7 +74,8 @@ def test_rehearsal_prefers_the_plan_the_refit_lands_on():
     assert chosen == plans["gain"][0]
     log = {r["rule"]: r for r in state.memory["rehearsals"]}
     assert log["gain"]["hit"] > 2 * log["ratio"]["hit"]
-    assert log["gain"]["excess"] < 1e-6 < 1e-4 < log["ratio"]["excess"]
+    assert log["gain"]["excess"] < 1e-6
+    assert log["ratio"]["excess"] > 1e-4
     # with the far runs' criterion far lower, the rehearsal keeps them: the lottery is a cost
     # added to the criterion, not a veto
     plans["gain"] = ([4, 5, 6, 7], [2e-4, 1.0e-2], 3e-4)

@@ -33,8 +33,14 @@ import numpy as np
 
 from ..errors import BayesScalingError
 from .acquisition import RULES, best_rule, greedy_linear, greedy_refit
-from .fitting import (from_unconstrained, jacobian_theta, least_squares, predictor,
-                      start_lottery, uniform_starts)
+from .fitting import (
+    from_unconstrained,
+    jacobian_theta,
+    least_squares,
+    predictor,
+    start_lottery,
+    uniform_starts,
+)
 from .posterior import LaplaceMixture, kernel
 
 #: Starts of the refit a method makes between purchases (its previous optima plus uniform draws).
@@ -268,8 +274,8 @@ class Bayes(_ModelBased):
                 final = values[-1] if values else v0
                 seen[key] = final + lot.excess
                 state.memory.setdefault("rehearsals", []).append(
-                    dict(n_bought=len(state.observed), rule=rule, runs=len(picks),
-                         criterion=final, excess=lot.excess, hit=lot.hit))
+                    {"n_bought": len(state.observed), "rule": rule, "runs": len(picks),
+                     "criterion": final, "excess": lot.excess, "hit": lot.hit})
             if best is None or seen[key] < best[0]:
                 best = (seen[key], list(picks))
         return best[1]
