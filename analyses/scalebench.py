@@ -22,6 +22,8 @@ Run (niced; ``--workers`` processes):
         --methods bayes,v_opt        # the protocol's 64-start refit against 1024 starts
     nice -n 10 python analyses/scalebench.py --basin farseer_scaling_law sl_1 --seeds 0-2 \
         --methods bayes              # how many of 64 starts reach the best basin: jax and scipy
+    nice -n 10 python analyses/scalebench.py --purchases farseer_scaling_law sl_1 --seeds 0-9 \
+        --methods bayes,v_opt        # what was bought; the refit's basin-hit rate and expected R^2
 """
 from __future__ import annotations
 
@@ -72,11 +74,25 @@ BUDGETS = (0.01, 0.05, 0.1)
 N_STARTS = bs.design.harness.N_STARTS
 
 
+#: Labels of ``bayes`` with options, runnable beside the plain methods (``--methods``).
+RULES3 = ("ratio", "gain", "half")
+VARIANTS = {"bayes-rehearsal": ("bayes", {"rehearsal": 128, "rules": RULES3}),
+            "bayes-rehearsal-2rules": ("bayes", {"rehearsal": 128}),
+            "bayes-3rules": ("bayes", {"rules": RULES3}),
+            "bayes-plain": ("bayes", {"rehearsal": 0})}
+
+
+def resolve(label):
+    """``(method, options)`` of a method name or a :data:`VARIANTS` label."""
+    return VARIANTS.get(label, (label, {}))
+
+
 def job(args):
     """One (task, law, method, seed): the harness's per-seed job, rows tagged with the key."""
     task_name, law_id, method, seed, data_dir = args
     task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
-    rows = bs.design.seed_job((task, method, seed, "jax", {}))
+    name, options = resolve(method)
+    rows = bs.design.seed_job((task, name, seed, "jax", options))
     return [dict(task=task_name, law=law_id, method=method, **r) for r in rows]
 
 
@@ -118,34 +134,41 @@ def summarise():
              "Table 2 (SOURCE.md). Refit: 64 starts uniform in the bounds, L-BFGS in the",
              "unconstrained coordinates (one compiled JAX program; see docs/design.md for how it",
              "compares with the benchmark's scipy L-BFGS-B). A seed whose laws are not all done",
-             "averages the laws done.", ""]
+             "averages the laws done. `bayes-rehearsal`: `bayes` with `rehearsal=128` over the",
+             "plans of three greedy rules (ratio, gain, cost power 1/2; each plan's start lottery",
+             "weighed in, docs/design.md); `bayes-rehearsal-2rules`: the same over the ratio and",
+             "gain plans; `bayes-3rules`: the three rules' plans without the rehearsal;",
+             "`bayes-plain`: `bayes` (its defaults), rerun with this version of the code.", ""]
+    methods = METHODS + [v for v in ("bayes-rehearsal",) if v in set(df.method)]
+    ours = [m for m in methods if m.startswith("bayes")]
     for stat, title in (("r2_protocol", "Protocol refit R^2: ours (paper's Table 2)"),
                         ("r2_posterior", "Posterior-median R^2"),
                         ("coverage90", "Coverage of the 90% predictive intervals")):
         paper_cols = stat == "r2_protocol"
-        head = ["task", "budget"] + METHODS + (["MSPE (paper)", "bayes - MSPE"] if paper_cols
-                                               else [])
+        head = ["task", "budget"] + methods + (
+            ["MSPE (paper)"] + [f"{m} - MSPE" for m in ours] if paper_cols else [])
         lines += [f"## {title}", "", "| " + " | ".join(head) + " |",
                   "|" + "---|" * len(head)]
         for task, t in SHORT.items():
             for j, b in enumerate(BUDGETS):
-                cells, bayes = [], None
-                for m in METHODS:
+                cells, mean = [], {}
+                for m in methods:
                     sub = df[(df.method == m) & (df.t == t) & np.isclose(df.budget, b)]
                     cell = "-"
                     if len(sub):
                         per_seed = sub.groupby("seed")[stat].mean()
                         cell = f"{per_seed.mean():.2f}±{per_seed.std(ddof=0):.2f} n={len(sub)}"
-                        bayes = per_seed.mean() if m == "bayes" else bayes
+                        mean[m] = per_seed.mean()
                     if paper_cols and m in PAPER:
                         cell += f" ({PAPER[m][t][j]:.2f})"
                     cells.append(cell)
                 if paper_cols:
                     mspe = PAPER["mspe"][t][j]
-                    cells += [f"{mspe:.2f}±{MSPE_STD[t][j]:.2f}",
-                              "-" if bayes is None else f"{bayes - mspe:+.2f}"]
+                    cells += [f"{mspe:.2f}±{MSPE_STD[t][j]:.2f}"] + [
+                        f"{mean[m] - mspe:+.2f}" if m in mean else "-" for m in ours]
                 lines.append(f"| {t} | {int(b * 100)}% | " + " | ".join(cells) + " |")
         lines.append("")
+    lines += variants_table(df)
     jobs = df.groupby(KEY + ["t"], as_index=False).seconds.max()  # a job's rows are cumulative
     rt = jobs.groupby(["method", "t"]).seconds.agg(["sum", "mean", "count"])
     lines += ["## Runtime (seconds of one seed job, one process; sum over the jobs done)", "",
@@ -161,6 +184,33 @@ def summarise():
     print("\n".join(lines))
 
 
+def variants_table(df) -> list[str]:
+    """Each ``bayes`` variant of :data:`VARIANTS` beside ``bayes`` (``bayes-plain`` where it was
+    rerun) on the same (law, seed) jobs: mean r2_protocol at each budget."""
+    lines = ["## bayes variants against bayes on the same jobs", "",
+             "Mean r2_protocol over the (law, seed) jobs the variant has run; the reference is",
+             "`bayes-plain` (rerun with the variants' code) where it has run those jobs, else",
+             "`bayes`.", "", "| task | variant | jobs | reference | 1% | 5% | 10% |",
+             "|---|---|---|---|---|---|---|"]
+    for t in SHORT.values():
+        for v in VARIANTS:
+            if v == "bayes-plain":
+                continue
+            sub = df[(df.t == t) & (df.method == v)]
+            if sub.empty:
+                continue
+            jobs = sub[["law", "seed"]].drop_duplicates()
+            for ref in ("bayes-plain", "bayes"):
+                base = df[(df.t == t) & (df.method == ref)].merge(jobs)
+                if base[["law", "seed"]].drop_duplicates().shape[0] == len(jobs):
+                    break
+            before = base.groupby("budget").r2_protocol.mean()
+            after = sub.groupby("budget").r2_protocol.mean()
+            cells = [f"{before[b]:.2f} -> {after[b]:.2f}" for b in after.index]
+            lines.append(f"| {t} | {v} | {len(jobs)} | {ref} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def figures(df):
     import matplotlib
 
@@ -172,7 +222,7 @@ def figures(df):
         if sub.empty:
             continue
         fig, ax = plt.subplots(figsize=(5, 3.5))
-        for m in METHODS:
+        for m in METHODS + [v for v in ("bayes-rehearsal",) if v in set(df.method)]:
             s = sub[sub.method == m]
             if s.empty:
                 continue
@@ -372,6 +422,79 @@ def basin(task_name, law_id, seeds, method, data_dir, many=1024):
     return 0
 
 
+def purchases(task_name, law_id, seeds, methods, data_dir, many=512):
+    """What each method bought and how the protocol's refit fares on it, per seed and checkpoint:
+    runs, distinct model sizes, the spread of the law's inputs (log10 range), the share of
+    ``many`` uniform starts ending within 1.05x of their best SSE (``hit``), the probability
+    that 64 starts miss that basin (``miss64``), the target R^2 of the best start (``r2_best``),
+    the expected R^2 of the best of 64 starts over the start draws (``r2_expected``,
+    :func:`fitting.best_of_weights`) and the score of the protocol's own draw (``r2_protocol``).
+    Writes ``purchases_<task>_<law>.md``."""
+    task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
+    law = task.law
+    rows = []
+    for method in methods:
+        for seed in seeds:
+            name, options = resolve(method)
+            for budget, states, fits in bs.design.checkpoints((task, name, int(seed), "jax",
+                                                               options)):
+                for st, (starts, _) in zip(states, fits):
+                    if starts is None or not starts.ok:
+                        continue
+                    g, obs = st.group, st.observed
+                    x = {v: a[obs] for v, a in g.x.items()}
+                    big = fitting.least_squares(law, x, g.y[obs], fitting.uniform_starts(
+                        law, many, np.random.default_rng(20_000 + seed)))
+                    ok = np.isfinite(big.sse)
+                    pred = np.asarray(fitting.predictor(law)(big.theta[ok], g.x_test))
+                    r2s = np.full(many, -1.0)
+                    r2s[ok] = [fitting.r2_clipped(g.y_test, p) for p in pred]
+                    hit = float(np.mean(big.sse < 1.05 * big.sse[ok].min()))
+                    row = {"method": method, "seed": seed, "budget": budget, "n_runs": len(obs),
+                           "cost_share": st.spent / st.total}
+                    for v in law.variables:
+                        row[f"{v}_distinct"] = len(np.unique(x[v]))
+                        row[f"{v}_log10_range"] = float(np.ptp(np.log10(x[v])))
+                    row.update(hit=hit, miss64=(1 - hit) ** N_STARTS,
+                               r2_best=float(r2s[np.argmin(np.where(ok, big.sse, np.inf))]),
+                               r2_expected=float(fitting.best_of_weights(big.sse, N_STARTS) @ r2s),
+                               r2_protocol=fitting.r2_clipped(g.y_test, np.asarray(
+                                   fitting.predictor(law)(starts.best[None], g.x_test))[0]))
+                    rows.append(row)
+                    print({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()},
+                          flush=True)
+    write_purchases(pd.DataFrame(rows), task_name, law_id, many)
+    return 0
+
+
+def write_purchases(df, task_name, law_id, many=512):
+    """Merge ``df`` (rows of :func:`purchases`) into ``purchases_<task>_<law>.csv`` (its
+    (method, seed) pairs replace their earlier rows) and write the table and its means as
+    ``.md``."""
+    stem = OUT / f"purchases_{SHORT.get(task_name, task_name)}_{law_id}"
+    if stem.with_suffix(".csv").exists():
+        old = pd.read_csv(stem.with_suffix(".csv"))
+        new = set(zip(df.method, df.seed))
+        df = pd.concat([old[[k not in new for k in zip(old.method, old.seed)]], df],
+                       ignore_index=True).sort_values(["method", "seed", "budget"])
+    OUT.mkdir(parents=True, exist_ok=True)
+    df.to_csv(stem.with_suffix(".csv"), index=False)
+    mean = df.groupby(["method", "budget"]).mean(numeric_only=True).drop(columns="seed")
+    command = (f"`nice -n 10 python analyses/scalebench.py --purchases {task_name} {law_id} "
+               "--seeds <seeds> --methods <methods>` (rows of every method run, merged)")
+    title = (f"# {SHORT.get(task_name, task_name)} {law_id}: what was bought and how the "
+             "protocol's refit fares on it")
+    legend = (f"`hit`: share of {many} uniform starts ending within 1.05x of their best SSE; "
+              "`miss64` = (1 - hit)^64; `r2_best`: target R^2 of the best of them; "
+              "`r2_expected`: expected R^2 of the best of 64 starts drawn from them; "
+              "`r2_protocol`: the protocol's own draw.")
+    text = "\n".join([title, "", command, "", legend, "",
+        markdown_table(df.round(4)), "", "Mean over seeds:", "",
+        markdown_table(mean.round(3).reset_index()), ""])
+    stem.with_suffix(".md").write_text(text)
+    print(mean.round(3).to_string())
+
+
 def time_jobs(specs, method, data_dir):
     """Run ``TASK:LAW:SEED`` jobs of ``method`` one after another in this process and print, per
     job, the runs bought at each checkpoint, a digest of the purchases (to compare two versions of
@@ -382,7 +505,8 @@ def time_jobs(specs, method, data_dir):
         task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
         t0, c0 = time.perf_counter(), time.process_time()
         bought, digest = [], hashlib.sha256()
-        for _, states, _ in bs.design.checkpoints((task, method, int(seed), "jax", {})):
+        name, options = resolve(method)
+        for _, states, _ in bs.design.checkpoints((task, name, int(seed), "jax", options)):
             bought.append(sum(len(st.observed) for st in states))
             for st in states:
                 digest.update(np.sort(st.observed).astype(np.int64).tobytes())
@@ -438,6 +562,7 @@ def main(argv=None, compile_cache=None):
     ap.add_argument("--refit-starts", nargs=2, metavar=("TASK", "LAW"))
     ap.add_argument("--time-jobs", nargs="+", metavar="TASK:LAW:SEED")
     ap.add_argument("--basin", nargs=2, metavar=("TASK", "LAW"))
+    ap.add_argument("--purchases", nargs=2, metavar=("TASK", "LAW"))
     a = ap.parse_args(argv)
     if a.compile_cache:
         scaleout.use_compile_cache(a.compile_cache)  # this process and the workers it starts
@@ -451,6 +576,8 @@ def main(argv=None, compile_cache=None):
     if a.refit_starts:
         return refit_starts(*a.refit_starts, parse_seeds(a.seeds), a.methods.split(","),
                             a.data_dir)
+    if a.purchases:
+        return purchases(*a.purchases, parse_seeds(a.seeds), a.methods.split(","), a.data_dir)
     if a.basin:
         return basin(*a.basin, parse_seeds(a.seeds), a.methods.split(",")[0], a.data_dir)
     if a.time_jobs:

@@ -32,8 +32,9 @@ import numpy as np
 
 __all__ = ["RULES", "best_rule", "greedy_importance", "greedy_linear"]
 
-#: Cost power ``p`` of each greedy rule.
-RULES = {"ratio": 1.0, "gain": 0.0}
+#: Cost power ``p`` of each greedy rule (``"half"``: an alternative plan the rehearsal of
+#: ``bayes`` weighs against the other two).
+RULES = {"ratio": 1.0, "gain": 0.0, "half": 0.5}
 
 
 def best_rule(run, rules=("ratio", "gain")):

@@ -212,3 +212,57 @@ def jacobian_theta(law: Law):
         return pred(theta, x), jax.jacfwd(pred)(theta, x)
 
     return jax.jit(both)
+
+
+def best_of_weights(sse, k: int) -> np.ndarray:
+    """Probability that each of ``R`` starts is the best of ``k`` drawn uniformly with
+    replacement from them: the distribution of the protocol's ``k``-start refit over its start
+    draws, estimated from a larger pool of ``R`` starts (ties by index; failed starts, ``inf``,
+    are the best only when every drawn start failed).
+
+    With the starts ranked by SSE (rank ``r = 1..R``), the best of ``k`` has rank ``r`` with
+    probability ``((R - r + 1) / R)^k - ((R - r) / R)^k``.
+    """
+    sse = np.asarray(sse, float)
+    R = len(sse)
+    order = np.argsort(np.where(np.isfinite(sse), sse, np.inf), kind="stable")
+    left = (R - np.arange(R)) / R  # share of starts ranked at or below r
+    p = left ** k - np.append(left[1:], 0.0) ** k
+    out = np.empty(R)
+    out[order] = p
+    return out
+
+
+@dataclass(frozen=True)
+class Lottery:
+    """What the ``k``-start refit's draw of starts costs at the targets (:func:`start_lottery`)."""
+
+    excess: float  # expected summed squared deviation of the best of k from the best of R
+    hit: float  # share of the R starts ending in the best start's basin (SSE within ``tol``)
+
+
+def start_lottery(law: Law, x: dict, y, x_target: dict, theta0, k: int,
+                  tol: float = 1.05) -> Lottery:
+    """Refit ``law`` to ``(x, y)`` from the ``R`` rows of ``theta0`` and measure the start lottery
+    of a refit that keeps the best of ``k`` uniform starts (the protocol's, ``k = 64``): with
+    ``f_i`` start ``i``'s forecasts at ``x_target``, ``f*`` the best start's and ``pi_i`` the
+    probability that start ``i`` is the best of ``k`` (:func:`best_of_weights`),
+
+        excess = sum_i pi_i |f_i - f*|^2,
+
+    the expected summed squared deviation of that refit's target forecasts from those of the
+    refit that reaches the best basin found. A start whose forecasts are not finite counts as the
+    largest finite deviation (every deviation when none is finite: ``excess = inf``). ``hit``:
+    the share of starts whose SSE is within ``tol`` times the best (plus 1e-10 of the targets'
+    sum of squares about their mean, for a table the law fits exactly)."""
+    st = least_squares(law, x, y, theta0)
+    if not st.ok:
+        return Lottery(np.inf, 0.0)
+    pred = np.asarray(predictor(law)(st.theta, x_target))
+    dev = np.sum((pred - pred[int(np.argmin(st.sse))]) ** 2, axis=1)
+    good = np.isfinite(dev) & np.isfinite(st.sse)
+    dev = np.where(good, dev, dev[good].max() if good.any() else np.inf)
+    pi = best_of_weights(st.sse, k)
+    y = np.asarray(y, float)
+    floor = 1e-10 * float(np.sum((y - y.mean()) ** 2))
+    return Lottery(float(pi @ dev), float(np.mean(st.sse <= tol * st.sse.min() + floor)))

@@ -24,6 +24,8 @@ Ours:
   current checkpoint's budget by the per-cost and the gain-only rule, the plan ending lower kept.
   ``criterion="posterior"`` reduces the posterior's own target variance instead
   (:func:`.acquisition.greedy_linear` on :meth:`.posterior.LaplaceMixture.joint_cov`).
+  ``rehearsal=R`` (off by default) weighs each rule's plan by the start lottery of the
+  protocol's refit on it, rehearsed from ``R`` starts (:meth:`Bayes.rehearse`).
 """
 from __future__ import annotations
 
@@ -31,7 +33,14 @@ import numpy as np
 
 from ..errors import BayesScalingError
 from .acquisition import RULES, best_rule, greedy_linear, greedy_refit
-from .fitting import jacobian_theta, least_squares, uniform_starts
+from .fitting import (
+    from_unconstrained,
+    jacobian_theta,
+    least_squares,
+    predictor,
+    start_lottery,
+    uniform_starts,
+)
 from .posterior import LaplaceMixture, kernel
 
 #: Starts of the refit a method makes between purchases (its previous optima plus uniform draws).
@@ -177,14 +186,28 @@ class Bayes(_ModelBased):
     ``criterion="refit"`` (default): the expected error of the least-squares refit of the law at
     the targets, the discrepancy included (:func:`.acquisition.greedy_refit`);
     ``"posterior"``: the posterior's own target variance (:func:`.acquisition.greedy_linear`).
+
+    ``rules``: the greedy rules whose plans ``greedy="auto"`` compares (:data:`.acquisition.RULES`;
+    default the ratio and gain rules). ``rehearsal``: 0 (default, off) or the number of uniform
+    starts of the rehearsed refit that scores each rule's plan by its criterion plus the start
+    lottery of a refit keeping the best of ``protocol_starts`` starts (:meth:`rehearse`).
     """
 
     def __init__(self, batch: int = 4, cost_power: float = 1.0, discrepancy: float = 1.0,
-                 greedy: str = "auto", criterion: str = "refit"):
+                 greedy: str = "auto", criterion: str = "refit", rehearsal: int = 0,
+                 protocol_starts: int = 64, rules=("ratio", "gain")):
         if greedy not in ("auto", "ratio", "gain"):
             raise BayesScalingError(f"greedy must be 'auto', 'ratio' or 'gain', got {greedy!r}")
         if criterion not in ("refit", "posterior"):
             raise BayesScalingError(f"criterion must be 'refit' or 'posterior', got {criterion!r}")
+        if int(rehearsal) < 0 or int(protocol_starts) < 1:
+            raise BayesScalingError("rehearsal must be 0 (off) or a number of starts, and "
+                                    f"protocol_starts positive; got {rehearsal}, {protocol_starts}")
+        if not set(rules) <= set(RULES) or not rules:
+            raise BayesScalingError(f"rules must be among {sorted(RULES)}, got {rules}")
+        self.rehearsal = int(rehearsal)
+        self.rules = tuple(rules)
+        self.protocol_starts = int(protocol_starts)
         self.batch = int(batch)
         self.cost_power = float(cost_power)
         self.discrepancy = float(discrepancy)
@@ -219,9 +242,43 @@ class Bayes(_ModelBased):
             return greedy_linear(C, nt, post.sigma2, g.cost[aff], room, cost_power=power,
                                  max_picks=picks)
 
-        _, (picks, _, _), _ = best_rule(run, ("ratio", "gain") if self.greedy == "auto"
+        if self.rehearsal and self.greedy == "auto":
+            plans = {r: run(RULES[r]) for r in self.rules}
+            return aff[self.rehearse(state, post, aff, plans)[:batch]]
+        _, (picks, _, _), _ = best_rule(run, self.rules if self.greedy == "auto"
                                         else (self.greedy,))
         return aff[picks[:batch]]
+
+    def rehearse(self, state, post, aff, plans) -> list:
+        """The plan (one per greedy rule: ``(picks, values, v0)``, picks into ``aff``) whose
+        whole purchase has the lowest expected refit error plus start lottery: each distinct plan
+        is rehearsed on the runs bought (their observed targets) plus its picks, valued at the
+        posterior's heaviest mode, refitted from ``rehearsal`` uniform starts (the same draw for
+        every plan), and scored by its final criterion plus the expected deviation at the target
+        rows of the best of ``protocol_starts`` starts from the best start
+        (:func:`.fitting.start_lottery`; docs/design.md, "The refit's start lottery")."""
+        g, law = state.group, state.law
+        theta0 = uniform_starts(law, self.rehearsal, np.random.default_rng(len(state.observed)))
+        mode = from_unconstrained(law, post.u[int(np.argmax(post.weights))])
+        seen, best = {}, None
+        for rule, (picks, values, v0) in plans.items():
+            key = tuple(sorted(picks))
+            if key not in seen:
+                bought = aff[list(picks)]
+                rows = np.concatenate([state.observed, bought]).astype(int)
+                sim = np.asarray(predictor(law)(mode[None], {v: a[bought]
+                                                             for v, a in g.x.items()}))[0]
+                lot = start_lottery(law, {v: a[rows] for v, a in g.x.items()},
+                                    np.concatenate([g.y[state.observed], sim]), g.x_test,
+                                    theta0, self.protocol_starts)
+                final = values[-1] if values else v0
+                seen[key] = final + lot.excess
+                state.memory.setdefault("rehearsals", []).append(
+                    {"n_bought": len(state.observed), "rule": rule, "runs": len(picks),
+                     "criterion": final, "excess": lot.excess, "hit": lot.hit})
+            if best is None or seen[key] < best[0]:
+                best = (seen[key], list(picks))
+        return best[1]
 
     def limit(self, state) -> float:
         """The current checkpoint's budget: a run held over to the next checkpoint would leave
