@@ -8,7 +8,13 @@ import pandas as pd
 import pytest
 
 import bayes_scaling as bs
-from scaleout import use_compile_cache
+from scaleout import use_compile_cache, worker_env
+
+# The suite runs as two pytest-xdist workers on two cores: each test process holds its numerical
+# libraries (XLA, BLAS, torch's OpenMP) to one thread, as an executor's one-CPU worker does, so
+# the two do not each spread over both cores, and the programs a test compiles have the same
+# compilation-cache key as those of the local and Ray workers and CLI processes it starts.
+os.environ.update(worker_env(1))
 
 ROOT = Path(__file__).resolve().parents[1]
 
