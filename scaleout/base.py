@@ -6,8 +6,9 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 #: XLA options that keep a process's compiled programs on one thread (XLA's CPU backend
-#: otherwise spreads an operation over every core, whatever ``OMP_NUM_THREADS`` says).
-ONE_THREAD_XLA = ("--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1")
+#: otherwise spreads an operation over every core, whatever ``OMP_NUM_THREADS`` says). Only
+#: ``--`` options: XLA stops reading ``XLA_FLAGS`` at the first word without ``--``.
+ONE_THREAD_XLA = ("--xla_cpu_multi_thread_eigen=false",)
 
 
 def _cache_settings(path) -> dict:
