@@ -522,10 +522,12 @@ alpha = np.asarray(post.idata.posterior["alpha"])
 print(json.dumps({"chain_method": post.settings["chain_method"], "shape": list(alpha.shape),
                   "alpha": float(np.median(alpha)), "rhat": post.diagnostics["max_rhat"]}))
 """
-    # four host devices, this process's other flags kept after it (they are part of the
-    # compilation cache's key; the device count is not)
-    flags = "--xla_force_host_platform_device_count=4 " + os.environ.get("XLA_FLAGS", "")
-    env = dict(os.environ, XLA_FLAGS=flags.strip())
+    # four host devices, in place of any device count an earlier test set in this process; its
+    # other flags are kept (they are part of the compilation cache's key; the device count is not)
+    count = "--xla_force_host_platform_device_count"
+    flags = [f"{count}=4"] + [f for f in os.environ.get("XLA_FLAGS", "").split()
+                              if not f.startswith(count)]
+    env = dict(os.environ, XLA_FLAGS=" ".join(flags))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          cwd=root, check=True)
