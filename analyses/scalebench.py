@@ -139,7 +139,7 @@ def summarise():
              "weighed in, docs/design.md); `bayes-rehearsal-2rules`: the same over the ratio and",
              "gain plans; `bayes-3rules`: the three rules' plans without the rehearsal;",
              "`bayes-plain`: `bayes` (its defaults), rerun with this version of the code.", ""]
-    methods = METHODS + [v for v in ("bayes-rehearsal",) if v in set(df.method)]
+    methods = shown_methods(df)
     ours = [m for m in methods if m.startswith("bayes")]
     for stat, title in (("r2_protocol", "Protocol refit R^2: ours (paper's Table 2)"),
                         ("r2_posterior", "Posterior-median R^2"),
@@ -184,6 +184,12 @@ def summarise():
     print("\n".join(lines))
 
 
+def shown_methods(df) -> list[str]:
+    """The methods of the summary's tables and figures: the benchmark's and ours, and the
+    ``bayes-rehearsal`` variant where it has run."""
+    return METHODS + [v for v in ("bayes-rehearsal",) if v in set(df.method)]
+
+
 def variants_table(df) -> list[str]:
     """Each ``bayes`` variant of :data:`VARIANTS` beside ``bayes`` (``bayes-plain`` where it was
     rerun) on the same (law, seed) jobs: mean r2_protocol at each budget."""
@@ -222,7 +228,7 @@ def figures(df):
         if sub.empty:
             continue
         fig, ax = plt.subplots(figsize=(5, 3.5))
-        for m in METHODS + [v for v in ("bayes-rehearsal",) if v in set(df.method)]:
+        for m in shown_methods(df):
             s = sub[sub.method == m]
             if s.empty:
                 continue
