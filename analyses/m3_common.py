@@ -327,10 +327,15 @@ def n_free(label, rows: pd.DataFrame) -> int:
     see is not free there: R_D,high*, psi, gamma, gamma2 of M3 at r = 1 (setting (c): 7 of 11);
     R_D*, R_D,high*, psi at k = 1 (setting (d): 8)."""
     law = law_of(label)
-    x = law.inputs(rows)
     p = {k: jnp.asarray(float(v)) for k, v in law.example.items()}
-    grad = jax.jacfwd(lambda q: law.fn(q, x))(p)
+    grad = _jacobian(label)(p, law.inputs(rows))
     return int(sum(bool(np.any(np.asarray(g) != 0)) for g in grad.values()))
+
+
+@functools.lru_cache(maxsize=None)
+def _jacobian(label):
+    """The law's Jacobian in its parameters, compiled once per label (for any rows)."""
+    return jax.jit(jax.jacfwd(law_of(label).fn))
 
 
 def grid_consts(config=CONFIG):

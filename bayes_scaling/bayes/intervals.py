@@ -26,6 +26,7 @@ residuals correct the table's rows and give the correlation of the rows a cut ho
 """
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 
@@ -40,7 +41,7 @@ from .modes import find_modes, map_stage
 from .predictive import ParamDraws, as_draws
 from .spec import data_pytree, make_spec
 
-__all__ = ["CUTS", "INTERVAL_VERSION", "MU_SCALE", "NULL_REPLICATES", "POWERS", "TAU_GRID",
+__all__ = ["CUTS", "FittedRange", "INTERVAL_VERSION", "MU_SCALE", "NULL_REPLICATES", "POWERS", "TAU_GRID",
            "TAU_SCALE", "WIDTH_POWERS", "calibrate_rows", "directions", "extrapolation",
            "fitted_table", "input_columns", "null_statistics", "rehearsal_rows",
            "rehearsal_spec", "sample_discrepancy", "signature_grid", "tau_posterior"]
@@ -85,15 +86,15 @@ def input_columns(law) -> list[str]:
     return [law.column(v) for v in law.variables]
 
 
+def _logs(df: pd.DataFrame, cols) -> np.ndarray:
+    return np.log(np.maximum(df[cols].to_numpy(float), 1e-300)).reshape(len(df), len(cols))
+
+
 def _unit(fitted: pd.DataFrame, df: pd.DataFrame, columns):
     """``(cols, F, X)``: the columns present in both tables and both tables in log space, scaled
     so that the fitted range of every column is ``[0, 1]`` (a constant column: width 1)."""
-    cols = [c for c in columns if c in fitted and c in df]
-    F = np.log(np.maximum(fitted[cols].to_numpy(float), 1e-300)).reshape(len(fitted), len(cols))
-    X = np.log(np.maximum(df[cols].to_numpy(float), 1e-300)).reshape(len(df), len(cols))
-    lo, hi = F.min(0, initial=np.inf), F.max(0, initial=-np.inf)
-    width = np.where(hi > lo, hi - lo, 1.0)
-    return cols, (F - lo) / width, (X - lo) / width
+    r = FittedRange(fitted, [c for c in columns if c in df])
+    return r.cols, r.F, r.scale(df)
 
 
 def _hull_facets(F):
@@ -112,6 +113,51 @@ def _hull_facets(F):
     return normals, hull.equations[:, -1]
 
 
+class FittedRange:
+    """A fitted table's range, computed once for many queries (:meth:`locate`): its columns
+    (those of ``columns`` it has) in log space scaled to ``[0, 1]`` (``F``; a constant column
+    has width 1) and the facets of their convex hull."""
+
+    def __init__(self, fitted: pd.DataFrame, columns):
+        self.fitted, self.columns = fitted, list(columns)
+        self.cols = [c for c in self.columns if c in fitted]
+        F = _logs(fitted, self.cols)
+        self.lo = F.min(0, initial=np.inf)
+        hi = F.max(0, initial=-np.inf)
+        self.width = np.where(hi > self.lo, hi - self.lo, 1.0)
+        self.F = (F - self.lo) / self.width
+
+    def scale(self, df: pd.DataFrame) -> np.ndarray:
+        """The rows of ``df`` in the scaled coordinates of ``F``."""
+        return (_logs(df, self.cols) - self.lo) / self.width
+
+    @functools.cached_property
+    def facets(self):
+        return _hull_facets(self.F) if len(self.F) else None
+
+    def locate(self, df: pd.DataFrame):
+        """``(d, signatures)`` of the rows of ``df``: :func:`extrapolation`."""
+        if [c for c in self.cols if c in df] != self.cols:  # a table without some column
+            return FittedRange(self.fitted, [c for c in self.columns if c in df]).locate(df)
+        X = self.scale(df)
+        beyond = np.maximum(X - 1.0, 0.0) - np.maximum(-X, 0.0)
+        d = np.sqrt((beyond**2).sum(1))
+        sigs = np.array([",".join(sorted(f"{c}{'+' if b > 0 else '-'}"
+                                         for c, b in zip(self.cols, row) if b != 0))
+                         for row in beyond], dtype=object)
+        if len(df) and self.facets is not None:
+            normals, offsets = self.facets
+            v = X @ normals.T + offsets
+            best = v.argmax(1)
+            out = (d == 0) & (v.max(1) > HULL_TOL)
+            d = np.where(out, v.max(1), d)
+            for i in np.flatnonzero(out):
+                sigs[i] = "hull " + " ".join(f"{c}{u:+.1f}"
+                                             for c, u in zip(self.cols, normals[best[i]])
+                                             if round(u, 1) != 0)
+        return d, sigs
+
+
 def extrapolation(fitted: pd.DataFrame, df: pd.DataFrame, columns):
     """Distance of each row of ``df`` from the table ``fitted``, and the direction it leaves in.
 
@@ -123,27 +169,12 @@ def extrapolation(fitted: pd.DataFrame, df: pd.DataFrame, columns):
     run, at sizes and token counts each inside their range): its distance beyond the hull facet it
     violates most, and the signature ``"hull N-0.7 D+0.7"`` names that facet's outward normal
     (to one decimal: nearly parallel facets share one rehearsal).
-    Inside the hull: 0 and ``""``.
+    Inside the hull: 0 and ``""``. (:class:`FittedRange` keeps the fitted side for many calls.)
 
     Returns:
         ``(d, signatures)``: arrays of shape ``(n,)``.
     """
-    cols, F, X = _unit(fitted, df, columns)
-    beyond = np.maximum(X - 1.0, 0.0) - np.maximum(-X, 0.0)
-    d = np.sqrt((beyond**2).sum(1))
-    sigs = np.array([",".join(sorted(f"{c}{'+' if b > 0 else '-'}" for c, b in zip(cols, row)
-                                     if b != 0)) for row in beyond], dtype=object)
-    facets = _hull_facets(F) if len(df) and len(F) else None
-    if facets is not None:
-        normals, offsets = facets
-        v = X @ normals.T + offsets
-        best = v.argmax(1)
-        out = (d == 0) & (v.max(1) > HULL_TOL)
-        d = np.where(out, v.max(1), d)
-        for i in np.flatnonzero(out):
-            sigs[i] = "hull " + " ".join(f"{c}{u:+.1f}" for c, u in zip(cols, normals[best[i]])
-                                         if round(u, 1) != 0)
-    return d, sigs
+    return FittedRange(fitted, [c for c in columns if c in df]).locate(df)
 
 
 def directions(signature: str) -> list[dict]:

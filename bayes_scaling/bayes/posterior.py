@@ -14,6 +14,7 @@ from .. import data as _data
 from ..errors import BayesScalingError, ConvergenceError, ConvergenceWarning
 from ..laws import Law
 from .intervals import (
+    FittedRange,
     extrapolation,
     fitted_table,
     input_columns,
@@ -83,7 +84,17 @@ class Posterior:
         out = {n: np.asarray(post[n]).reshape(-1) for n in names}
         return out if name is None else out[name]
 
+    def _memo(self, key, build):
+        """A value computed once per posterior from its draws and table (not saved)."""
+        memo = self.__dict__.setdefault("_memo_values", {})
+        if key not in memo:
+            memo[key] = build()
+        return memo[key]
+
     def _param_draws(self, max_draws=None):
+        return self._memo(("param_draws", max_draws), lambda: self._build_param_draws(max_draws))
+
+    def _build_param_draws(self, max_draws):
         d = self.draws()
         fixed = self.settings["fixed"]
         S = len(next(iter(d.values())))
@@ -177,28 +188,35 @@ class Posterior:
             raise BayesScalingError(f"discrepancy must be 'auto', 'calibrated', 'off' or a number "
                                     f">= 0 (a fixed tau), got {mode!r}")
         if rehearsed:
-            d, sigs = extrapolation(fitted_table(self), df, input_columns(self.law))
+            d, sigs = self._memo("range", lambda: FittedRange(
+                fitted_table(self), input_columns(self.law))).locate(df)
         else:
             d = extrapolation_distance(self, df)
-        info = pd.DataFrame({"extrapolation": d, "extrapolated": d > 0, "discrepancy_tau": 0.0,
-                             "discrepancy_shift": 0.0, "discrepancy_basis": ""})
+        n = len(d)
+        tau_med, shift, basis = np.zeros(n), np.zeros(n), np.full(n, "", dtype=object)
+
+        def info():
+            return pd.DataFrame({"extrapolation": d, "extrapolated": d > 0,
+                                 "discrepancy_tau": tau_med, "discrepancy_shift": shift,
+                                 "discrepancy_basis": basis})
+
         if mode == "off" or not mode or not (d > 0).any():
-            return None, None, info
+            return None, None, info()
         if not rehearsed:
             if mode < 0:
                 raise BayesScalingError(f"a fixed discrepancy tau must be >= 0, got {mode}")
-            info.loc[d > 0, ["discrepancy_tau", "discrepancy_basis"]] = [float(mode), "fixed tau"]
-            return 0.0, np.broadcast_to(mode * d, (n_draws, len(d))), info
-        loc, scale = np.zeros((n_draws, len(d))), np.zeros((n_draws, len(d)))
+            tau_med[d > 0], basis[d > 0] = float(mode), "fixed tau"
+            return 0.0, np.broadcast_to(mode * d, (n_draws, n)), info()
+        loc, scale = np.zeros((n_draws, n)), np.zeros((n_draws, n))
         rng = np.random.default_rng(seed)
         for sig in sorted(set(sigs) - {""}):
             rows = np.flatnonzero(sigs == sig)
             grid = signature_grid(self, sig, calibrated=mode == "calibrated")
             loc[:, rows], scale[:, rows], tau = sample_discrepancy(grid, d[rows], n_draws, rng)
-            info.loc[rows, "discrepancy_tau"] = float(np.median(tau))
-            info.loc[rows, "discrepancy_shift"] = np.median(loc[:, rows], 0)
-            info.loc[rows, "discrepancy_basis"] = grid["basis"]
-        return loc, scale, info
+            tau_med[rows] = float(np.median(tau))
+            shift[rows] = np.median(loc[:, rows], 0)
+            basis[rows] = grid["basis"]
+        return loc, scale, info()
 
     def forecast(self, new_df, interval=0.9, kind="predictive", *, seed=0, discrepancy=None,
                  allow_unconverged=False) -> pd.DataFrame:
