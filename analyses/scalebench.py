@@ -103,23 +103,29 @@ def parse_seeds(text: str) -> list[int]:
     return [int(s) for s in text.split(",")]
 
 
-def run_jobs(methods, seeds, tasks, executor, data_dir, laws=None):
+def run_jobs(methods, seeds, tasks, executor, data_dir, laws=None, results=RESULTS):
+    """Run the (task, law, method, seed) jobs not yet in ``results`` and append each finished
+    one to it; returns the wall seconds of the run."""
+    start = time.perf_counter()
     done = set()
-    if RESULTS.exists():
-        old = pd.read_csv(RESULTS)
+    if results.exists():
+        old = pd.read_csv(results)
         done = set(map(tuple, old[KEY].astype(str).to_numpy()))
     todo = [(t, law, m, s, data_dir) for s in seeds for t in tasks
             for law in bs.scalebench.task_laws(t) for m in methods
             if (t, law, m, str(s)) not in done and (laws is None or law in laws)]
     print(f"{len(todo)} jobs to run ({len(done)} done)", flush=True)
-    OUT.mkdir(parents=True, exist_ok=True)
+    results.parent.mkdir(parents=True, exist_ok=True)
     with executor:
         for i, (_, result) in enumerate(executor.submit_iter(job, todo)):
             rows = pd.DataFrame(result, columns=COLS)
-            rows.to_csv(RESULTS, mode="a", header=not RESULTS.exists(), index=False)
+            rows.to_csv(results, mode="a", header=not results.exists(), index=False)
             r = rows.iloc[-1]
             print(f"[{i + 1}/{len(todo)}] {r.task} {r.law} {r.method} seed {r.seed}: "
                   f"R2 {rows.r2_protocol.round(3).tolist()} ({r.seconds:.0f} s)", flush=True)
+    wall = time.perf_counter() - start
+    print(f"{len(todo)} jobs in {wall:.0f} s wall", flush=True)
+    return wall
 
 
 def summarise():
@@ -560,6 +566,10 @@ def main(argv=None, compile_cache=None):
     scaleout.add_arguments(ap, executor="local", workers=1)
     ap.set_defaults(compile_cache=compile_cache)
     ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--results", type=Path, default=RESULTS,
+                    help="the results file the jobs are appended to (default: out/scalebench/"
+                    "results.csv, which the summary reads); another file, e.g. for a timed run "
+                    "from scratch, is not summarised")
     ap.add_argument("--summary", action="store_true")
     ap.add_argument("--speed", action="store_true")
     ap.add_argument("--intervals", action="store_true")
@@ -594,8 +604,9 @@ def main(argv=None, compile_cache=None):
     if not a.summary:
         executor = scaleout.from_arguments(a)
         run_jobs(a.methods.split(","), parse_seeds(a.seeds), a.tasks.split(","), executor,
-                 a.data_dir, a.laws.split(",") if a.laws else None)
-    summarise()
+                 a.data_dir, a.laws.split(",") if a.laws else None, a.results)
+    if a.results.resolve() == RESULTS.resolve():
+        summarise()
 
 
 if __name__ == "__main__":

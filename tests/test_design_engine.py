@@ -123,3 +123,4 @@ def test_best_rule_keeps_the_lower_final_criterion_and_bayes_checks_its_rule():
     assert rule == "gain" and picks == [1] and final["gain"] < final["ratio"]
     with pytest.raises(bs.BayesScalingError, match="greedy must be"):
         methods.make("bayes", greedy="lazy")
+    assert methods.make("bayes", greedy="half").greedy == "half"  # every rule of RULES

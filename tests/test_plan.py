@@ -438,8 +438,10 @@ def test_plan_with_fitted_posteriors():
     tgt = rows.assign(loss=np.asarray(DCPT(TGT | {"C": 1e-3}, rows))
                       * np.exp(0.003 * rng.standard_normal(len(rows))))
     src = rows.assign(loss=np.asarray(DCPT(SRC_I, rows)) * np.exp(0.003 * rng.standard_normal(len(rows))))
-    pt = fit_posterior("dcpt", tgt, seed=0, method="laplace")
-    ps = fit_posterior("dcpt", src, seed=0, method="laplace")
+    # a Laplace posterior may fail its Pareto-k check on these tables (k 0.72 on the target):
+    # kept, and the plan labelled, as `bayes-scaling posterior --allow-unconverged` does
+    pt = fit_posterior("dcpt", tgt, seed=0, method="laplace", allow_unconverged=True)
+    ps = fit_posterior("dcpt", src, seed=0, method="laplace", allow_unconverged=True)
     d = P.as_draws(pt)
     assert d.n_draws > 100 and d.sigma is not None
     # replay kept inside the fitted range: below it the plan rests on C / (r + eps)^gamma, which

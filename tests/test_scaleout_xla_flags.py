@@ -15,3 +15,16 @@ def test_options_after_the_one_thread_ones_still_apply():
                          env=dict(os.environ, XLA_FLAGS=flags), capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "3"
+
+
+def test_chain_devices_asked_for_after_jax_started_leave_xla_flags_as_they_were():
+    """In a process whose JAX has started (this one), use_chain_devices cannot change the device
+    count; it must not leave a count in XLA_FLAGS for the subprocesses it starts (the in-process
+    `bayes-scaling posterior` did, and a later test's subprocess got 2 devices instead of 4)."""
+    import jax
+
+    from bayes_scaling.bayes import use_chain_devices
+
+    before, n = os.environ.get("XLA_FLAGS"), jax.local_device_count()
+    assert use_chain_devices(n + 2) == n
+    assert os.environ.get("XLA_FLAGS") == before

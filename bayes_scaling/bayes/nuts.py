@@ -179,12 +179,22 @@ def use_chain_devices(num_chains: int) -> int:
     """Give this process one CPU device per chain, so ``fit_posterior``'s ``"auto"`` chain method
     runs the chains in parallel (34 s against 55 s vectorised for the Form-3 benchmark on 2 cores,
     BENCHMARKS.md). Call it before the first JAX computation; an ``XLA_FLAGS`` device count set by
-    the user is left alone. Returns the number of devices the process has."""
+    the user is left alone. Once JAX has started, the count can no longer change in this process,
+    and ``XLA_FLAGS`` is left as it was (the processes it starts would inherit a count that
+    nobody asked for). Returns the number of devices the process has."""
     import os
 
-    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-        numpyro.set_host_device_count(int(num_chains))
-    return jax.local_device_count()
+    before = os.environ.get("XLA_FLAGS")
+    if "xla_force_host_platform_device_count" in (before or ""):
+        return jax.local_device_count()
+    numpyro.set_host_device_count(int(num_chains))
+    devices = jax.local_device_count()
+    if devices != int(num_chains):  # JAX had started: the setting changed nothing here
+        if before is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = before
+    return devices
 
 
 def jittered_inits(spec, data, modes, center, chol, num_chains, rng, scale=0.5, tries=30):

@@ -196,8 +196,9 @@ class Bayes(_ModelBased):
     def __init__(self, batch: int = 4, cost_power: float = 1.0, discrepancy: float = 1.0,
                  greedy: str = "auto", criterion: str = "refit", rehearsal: int = 0,
                  protocol_starts: int = 64, rules=("ratio", "gain")):
-        if greedy not in ("auto", "ratio", "gain"):
-            raise BayesScalingError(f"greedy must be 'auto', 'ratio' or 'gain', got {greedy!r}")
+        if greedy != "auto" and greedy not in RULES:
+            raise BayesScalingError(f"greedy must be 'auto' or one of the rules {sorted(RULES)}, "
+                                    f"got {greedy!r}")
         if criterion not in ("refit", "posterior"):
             raise BayesScalingError(f"criterion must be 'refit' or 'posterior', got {criterion!r}")
         if int(rehearsal) < 0 or int(protocol_starts) < 1:
