@@ -332,7 +332,7 @@ def n_free(label, rows: pd.DataFrame) -> int:
     return int(sum(bool(np.any(np.asarray(g) != 0)) for g in grad.values()))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jacobian(label):
     """The law's Jacobian in its parameters, compiled once per label (for any rows)."""
     return jax.jit(jax.jacfwd(law_of(label).fn))

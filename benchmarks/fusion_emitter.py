@@ -48,8 +48,9 @@ def child() -> None:
             compile_s[0] += duration
 
     jax.monitoring.register_event_duration_secs_listener(listen)
-    import bayes_scaling as bs
     from conftest import form3_grid, simulate
+
+    import bayes_scaling as bs
 
     warnings.simplefilter("ignore")
     t = time.perf_counter()
@@ -99,16 +100,17 @@ def main(argv=None):
              f"{med[False]['compile']:.1f} ({med[True]['compile'] / med[False]['compile']:.2f}x); "
              f"median wall seconds {med[True]['wall']:.1f} against {med[False]['wall']:.1f} "
              f"({med[True]['wall'] / med[False]['wall']:.2f}x).")
-    table = ["| XLA option | compile s (each child) | wall s (each child) | MAP zeta | "
-             "posterior mean of alpha | its MCSE |", "|---|---|---|---|---|---|", *lines]
+    head = ("| XLA option | compile s (each child) | wall s (each child) | MAP zeta | "
+            "posterior mean of alpha | its MCSE |")
+    table = [head, "|---|---|---|---|---|---|", *lines]
     print("\n".join(table) + "\n\n" + ratio)
     if args.write:
         replace_section("Test-suite time: XLA's fusion emitter", "\n".join([
             "## Test-suite time: XLA's fusion emitter", "",
             f"    .venv/bin/python benchmarks/fusion_emitter.py --pairs {args.pairs} --write", "",
-            "Fresh child processes without a compilation cache, one XLA thread, alternating: "
-            "a Form-3 Laplace fit and a Chinchilla NUTS fit (2 x 300 draws) of the test suite's "
-            f"tables, on {os.cpu_count()} cores.", "", *table, "", ratio]))
+            ("Fresh child processes without a compilation cache, one XLA thread, alternating: "
+             "a Form-3 Laplace fit and a Chinchilla NUTS fit (2 x 300 draws) of the test suite's "
+             f"tables, on {os.cpu_count()} cores."), "", *table, "", ratio]))
     return 0
 
 

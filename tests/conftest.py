@@ -23,12 +23,12 @@ if tuple(jaxlib.version.__version_info__[:2]) in FAST_COMPILE_JAXLIB:
         os.environ["XLA_FLAGS"] = " ".join([*_flags, FAST_COMPILE_XLA])
 os.environ.update(worker_env(1))  # before JAX starts: XLA reads its options once
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
+import jax
+import numpy as np
+import pandas as pd
+import pytest
 
-import bayes_scaling as bs  # noqa: E402
+import bayes_scaling as bs
 
 ROOT = Path(__file__).resolve().parents[1]
 
