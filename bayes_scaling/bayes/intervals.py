@@ -41,28 +41,10 @@ from .modes import find_modes, map_stage
 from .predictive import ParamDraws, as_draws
 from .spec import data_pytree, make_spec
 
-__all__ = [
-    "CUTS",
-    "INTERVAL_VERSION",
-    "MU_SCALE",
-    "NULL_REPLICATES",
-    "POWERS",
-    "TAU_GRID",
-    "TAU_SCALE",
-    "WIDTH_POWERS",
-    "FittedRange",
-    "calibrate_rows",
-    "directions",
-    "extrapolation",
-    "fitted_table",
-    "input_columns",
-    "null_statistics",
-    "rehearsal_rows",
-    "rehearsal_spec",
-    "sample_discrepancy",
-    "signature_grid",
-    "tau_posterior",
-]
+__all__ = ["CUTS", "INTERVAL_VERSION", "MU_SCALE", "NULL_REPLICATES", "POWERS", "TAU_GRID",
+           "TAU_SCALE", "WIDTH_POWERS", "FittedRange", "calibrate_rows", "directions",
+           "extrapolation", "fitted_table", "input_columns", "null_statistics", "rehearsal_rows",
+           "rehearsal_spec", "sample_discrepancy", "signature_grid", "tau_posterior"]
 
 #: Cut points of a rehearsal: the rows beyond these fractions of an axis' log range are held out.
 CUTS = (0.6, 0.75, 0.85)
