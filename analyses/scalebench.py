@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import sys
 import time
@@ -44,6 +45,7 @@ from bayes_scaling.evaluate.report import markdown_table
 
 OUT = Path(__file__).resolve().parent / "out" / "scalebench"
 RESULTS = OUT / "results.csv"
+TIMED = OUT / "timed_runs.json"  # runs from scratch into another results file: their wall time
 KEY = ["task", "law", "method", "seed"]
 COLS = KEY + ["budget", "r2_protocol", "r2_posterior", "coverage90", "n_runs", "cost_spent",
               "seconds"]
@@ -185,6 +187,20 @@ def summarise():
               "| method | task | jobs | mean s/job | total s |", "|---|---|---|---|---|"]
     for (m, t), r in rt.iterrows():
         lines.append(f"| {m} | {t} | {int(r['count'])} | {r['mean']:.1f} | {r['sum']:.0f} |")
+    if TIMED.exists():
+        lines += ["", "## Timed runs from scratch", "",
+                  ("`python analyses/scalebench.py --methods M --seeds S --executor local "
+                   "--workers W --compile-cache <empty dir> --results <new file>` on an otherwise "
+                   "idle machine (`timed_runs.json`); rows identical: of the run's rows also in "
+                   "`results.csv`, those with the same R^2 (to 1e-9) and runs bought."), "",
+                  ("| methods | seeds | tasks | executor, workers, cores | jobs | wall | CPU | "
+                   "rows identical |"), "|---|---|---|---|---|---|---|---|"]
+        for r in json.loads(TIMED.read_text()):
+            lines.append(f"| {r['methods']} | {r['seeds']} | {r['tasks']} | {r['executor']}, "
+                         f"{r['workers']}, {r['cores']} | {r['jobs']} | "
+                         f"{r['wall_s'] / 60:.1f} min | {r['cpu_s'] / 60:.1f} min | "
+                         f"{r['rows_identical']} of "
+                         f"{r['rows_compared']} |")
     (OUT / "summary.md").write_text("\n".join(lines) + "\n")
     figures(df)
     print("\n".join(lines))
@@ -603,10 +619,40 @@ def main(argv=None, compile_cache=None):
         return intervals(a.data_dir, parse_seeds(a.seeds))
     if not a.summary:
         executor = scaleout.from_arguments(a)
-        run_jobs(a.methods.split(","), parse_seeds(a.seeds), a.tasks.split(","), executor,
-                 a.data_dir, a.laws.split(",") if a.laws else None, a.results)
+        fresh = not a.results.exists()
+        cpu = cpu_seconds()
+        wall = run_jobs(a.methods.split(","), parse_seeds(a.seeds), a.tasks.split(","),
+                        executor, a.data_dir, a.laws.split(",") if a.laws else None, a.results)
+        if fresh and a.results.resolve() != RESULTS.resolve():
+            record_timed_run(a, pd.read_csv(a.results), wall, cpu_seconds() - cpu)
     if a.results.resolve() == RESULTS.resolve():
         summarise()
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its finished children (the local pool's workers)."""
+    import resource
+
+    return sum(resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime
+               for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+
+
+def record_timed_run(a, rows, wall, cpu):
+    """Append a run from scratch (a results file that did not exist) to :data:`TIMED`: what
+    ran, on what, its wall and CPU seconds, and whether its rows equal those of
+    ``results.csv``."""
+    done = pd.read_csv(RESULTS).drop_duplicates(KEY + ["budget"], keep="last")
+    both = rows.merge(done, on=KEY + ["budget"], suffixes=("", "_committed"))
+    same = int((np.isclose(both.r2_protocol, both.r2_protocol_committed, rtol=0, atol=1e-9)
+                & (both.n_runs == both.n_runs_committed)).sum())
+    runs = json.loads(TIMED.read_text()) if TIMED.exists() else []
+    runs.append({"methods": a.methods, "seeds": a.seeds, "tasks": a.tasks,
+                 "executor": a.executor, "workers": a.workers, "cores": os.cpu_count(),
+                 "jobs": int(rows.groupby(KEY).ngroups), "wall_s": round(wall, 1),
+                 "cpu_s": round(cpu, 1),
+                 "rows_compared": len(both), "rows_identical": same,
+                 "date": time.strftime("%Y-%m-%d")})
+    TIMED.write_text(json.dumps(runs, indent=1) + "\n")
 
 
 if __name__ == "__main__":
