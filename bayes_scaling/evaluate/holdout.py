@@ -248,12 +248,14 @@ def ptpp_holdout(
                 continue
             post = fit_posterior(law, rows_fit, **pkw)
             fits[(label, "posterior")] = post
-            point, lo, hi, draws, loglik, n_bad = posterior_predictions(post, test, interval)
+            point, lo, hi, draws, loglik, n_bad = posterior_predictions(
+                post, test, interval, allow_unconverged=True)
             sc = scored_mask(role)
             prob = probabilistic_scores(draws[:, sc], test["loss"].to_numpy(float)[sc],
                                         loglik=None if loglik is None else loglik[:, sc])
             prob["nonfinite_draws"] = n_bad
-            record(label, law, "posterior", role, len(rows_fit), point, lo, hi, extra=prob)
+            record(label, law, "posterior", role, len(rows_fit), point, lo, hi, extra=prob,
+                   status=post.status)
 
     table = pd.DataFrame(table)
     order = ["label", "law", "fit", "role", "n_fit", "n_scored", "n_anchors", *POINT_METRICS]

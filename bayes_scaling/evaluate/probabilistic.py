@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..bayes.likelihood import log_likelihood
-from ..errors import BayesScalingError, DataError, FitError
+from ..errors import BayesScalingError, ConvergenceWarning, DataError, FitError
 
 __all__ = ["central_interval", "coverage", "crps", "crps_gaussian", "crps_samples",
            "interval_width", "log_predictive_density", "lpd_kde", "posterior_loglik",
@@ -205,16 +205,22 @@ def posterior_loglik(post, df, mean_draws=None, keep=None) -> np.ndarray:
                                      student_df=float(st["student_df"])), dtype=float)
 
 
-def posterior_predictions(post, df, interval):
+def posterior_predictions(post, df, interval, allow_unconverged=False):
     """(point, lower, upper, predictive draws, loglik or None, number of draws dropped) of a
     posterior on ``df``; draws with a non-finite prediction on any row are dropped whole.
 
     The log-likelihood draws come from :func:`posterior_loglik` when the posterior exposes its
     draws and likelihood settings; otherwise ``None`` (the caller falls back to a kernel
-    estimate from the predictive draws).
+    estimate from the predictive draws). ``allow_unconverged``: score a posterior that failed its
+    convergence checks too (an evaluation then reports its ``status``, ``NOT CONVERGED``);
+    without it such a posterior raises :class:`~bayes_scaling.errors.ConvergenceError`.
     """
-    pred_draws = np.asarray(post.predict_draws(df, kind="predictive"), dtype=float)
-    mean_draws = np.asarray(post.predict_draws(df, kind="mean"), dtype=float)
+    kw = {"allow_unconverged": True} if allow_unconverged and hasattr(post, "status") else {}
+    with warnings.catch_warnings():
+        if kw:  # the caller labels the result with the posterior's status
+            warnings.simplefilter("ignore", ConvergenceWarning)
+        pred_draws = np.asarray(post.predict_draws(df, kind="predictive", **kw), dtype=float)
+        mean_draws = np.asarray(post.predict_draws(df, kind="mean", **kw), dtype=float)
     ok = np.all(np.isfinite(pred_draws), 1) & np.all(np.isfinite(mean_draws), 1)
     n_bad = int((~ok).sum())
     if n_bad == len(ok):
