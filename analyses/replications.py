@@ -109,10 +109,15 @@ def diagnostics_note(post) -> str:
 
 
 def holdout_scores(obs, pred, delta, post=None, test=None):
-    """Point metrics (and probabilistic ones when a posterior is given) on held-out rows."""
+    """Point metrics (and probabilistic ones when a posterior is given) on held-out rows. A
+    posterior that failed its checks is scored too: every section labels it
+    (:func:`diagnostics_note`)."""
     out = bs.metrics.score(obs, pred, delta=delta)
     if post is not None:
-        draws = np.asarray(post.predict_draws(test, kind="predictive"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", bs.errors.ConvergenceWarning)
+            draws = np.asarray(post.predict_draws(test, kind="predictive",
+                                                  allow_unconverged=True))
         out.update(ev.probabilistic_scores(draws, np.asarray(obs, float)))
     return out
 

@@ -255,7 +255,7 @@ def ptpp_holdout(
                                         loglik=None if loglik is None else loglik[:, sc])
             prob["nonfinite_draws"] = n_bad
             record(label, law, "posterior", role, len(rows_fit), point, lo, hi, extra=prob,
-                   status=post.status)
+                   status=getattr(post, "status", "ok"))
 
     table = pd.DataFrame(table)
     order = ["label", "law", "fit", "role", "n_fit", "n_scored", "n_anchors", *POINT_METRICS]
