@@ -290,13 +290,19 @@ def test_posterior_loglik_uses_the_posteriors_likelihood():
     np.testing.assert_allclose(lpd, np.log(np.exp(want).mean(0)), rtol=1e-10)
 
 
+def holdout_with(posterior_class, table, monkeypatch):
+    """Form 3's hold-out on the target rows, its posterior a ``posterior_class`` at the law's
+    example values with noise 0.003 (no baselines)."""
+    truth = bs.laws.get("ptpp_gated_floor").example
+    monkeypatch.setattr(HOLDOUT_POSTERIOR, lambda law, df, **kw: posterior_class(
+        bs.laws.get(law), {k: truth[k] for k in bs.laws.get(law).param_names}, 0.003, 0))
+    return ev.ptpp_holdout(["ptpp_gated_floor"], table, domain="target", bayes=True,
+                           baselines=())
+
+
 def test_holdout_lpd_comes_from_the_likelihood_when_available(stub_fits, two_domain_table,
                                                               monkeypatch):
-    truth = bs.laws.get("ptpp_gated_floor").example
-    monkeypatch.setattr(HOLDOUT_POSTERIOR, lambda law, df, **kw: SettingsPosterior(
-        bs.laws.get(law), {k: truth[k] for k in bs.laws.get(law).param_names}, 0.003, 0))
-    res = ev.ptpp_holdout(["ptpp_gated_floor"], two_domain_table, domain="target", bayes=True,
-                          baselines=())
+    res = holdout_with(SettingsPosterior, two_domain_table, monkeypatch)
     post = res.table[res.table.fit == "posterior"].iloc[0]
     assert post["lpd_source"] == "loglik"
     # exact: every draw has the true mean and sigma 0.003, so lpd = mean Normal log density
@@ -322,11 +328,7 @@ def test_holdout_scores_an_unconverged_posterior_and_labels_it(stub_fits, two_do
     """A hold-out evaluation scores a posterior that failed its checks, labelled NOT
     CONVERGED, instead of stopping (`python analyses/ptpp_paper.py` stopped on Form 1's
     Laplace posterior, Pareto k 0.77)."""
-    truth = bs.laws.get("ptpp_gated_floor").example
-    monkeypatch.setattr(HOLDOUT_POSTERIOR, lambda law, df, **kw: UnconvergedPosterior(
-        bs.laws.get(law), {k: truth[k] for k in bs.laws.get(law).param_names}, 0.003, 0))
-    res = ev.ptpp_holdout(["ptpp_gated_floor"], two_domain_table, domain="target", bayes=True,
-                          baselines=())
+    res = holdout_with(UnconvergedPosterior, two_domain_table, monkeypatch)
     post = res.table[res.table.fit == "posterior"].iloc[0]
     assert post["status"] == "NOT CONVERGED"
     assert post["coverage90"] >= 0.75  # scored: the stub is the true law with its noise
