@@ -91,6 +91,11 @@ class Posterior:
             memo[key] = build()
         return memo[key]
 
+    def _fitted_range(self) -> FittedRange:
+        """The fitted table's range in the law's input columns (built once)."""
+        return self._memo("range", lambda: FittedRange(fitted_table(self),
+                                                       input_columns(self.law)))
+
     def _param_draws(self, max_draws=None):
         return self._memo(("param_draws", max_draws), lambda: self._build_param_draws(max_draws))
 
@@ -188,8 +193,7 @@ class Posterior:
             raise BayesScalingError(f"discrepancy must be 'auto', 'calibrated', 'off' or a number "
                                     f">= 0 (a fixed tau), got {mode!r}")
         if rehearsed:
-            d, sigs = self._memo("range", lambda: FittedRange(
-                fitted_table(self), input_columns(self.law))).locate(df)
+            d, sigs = self._fitted_range().locate(df)
         else:
             d = extrapolation_distance(self, df)
         n = len(d)
@@ -296,11 +300,11 @@ def extrapolation_distance(post, df, axis=None) -> np.ndarray:
     happens along a derived quantity (stored by :func:`with_discrepancy` for a fixed ``tau``).
     """
     axis = axis if axis is not None else post.settings.get("_discrepancy_axis")
-    fitted = fitted_table(post)
     if not isinstance(df, pd.DataFrame):
         df = pd.DataFrame(df)
     if axis is None:
-        return extrapolation(fitted, df, input_columns(post.law))[0]
+        return post._fitted_range().locate(df)[0]
+    fitted = fitted_table(post)
     return extrapolation(pd.DataFrame({"axis": np.asarray(axis(fitted), float)}),
                          pd.DataFrame({"axis": np.asarray(axis(df), float)}), ["axis"])[0]
 
