@@ -177,6 +177,7 @@ def summarise():
                 lines.append(f"| {t} | {int(b * 100)}% | " + " | ".join(cells) + " |")
         lines.append("")
     lines += variants_table(df)
+    lines += affordability_table()
     jobs = df.groupby(KEY + ["t"], as_index=False).seconds.max()  # a job's rows are cumulative
     rt = jobs.groupby(["method", "t"]).seconds.agg(["sum", "mean", "count"])
     lines += ["## Runtime (seconds of one seed job, one process; sum over the jobs done)", "",
@@ -204,6 +205,25 @@ def summarise():
     (OUT / "summary.md").write_text("\n".join(lines) + "\n")
     figures(df)
     print("\n".join(lines))
+
+
+def affordability_table(data_dir=None) -> list[str]:
+    """Per task and budget, how many of each group's pool runs fit the budget on their own
+    (the cheapest group counts): where none does, nothing can be bought and every method scores
+    the protocol's -1 for a failed fit, the paper's MSPE included."""
+    lines = ["## Runs a budget can buy", "",
+             ("Per task and budget, the pool runs whose cost alone fits the budget (fraction x "
+              "the group's pool cost), in the group with fewest, and the cheapest run's cost as "
+              "a multiple of the budget. With none, no method can buy a run: the refit fails and "
+              "the protocol scores -1.00, whatever the method."), "",
+             "| task | budget | affordable runs | cheapest run / budget |", "|---|---|---|---|"]
+    for task in SHORT:
+        groups = bs.design.scalebench_task(task, "sl_1", data_dir=data_dir).groups()
+        for b in BUDGETS:
+            n = min(int(np.sum(g.cost <= b * g.cost.sum())) for g in groups)
+            ratio = max(float(g.cost.min() / (b * g.cost.sum())) for g in groups)
+            lines.append(f"| {SHORT[task]} | {int(b * 100)}% | {n} | {ratio:.3g} |")
+    return lines + [""]
 
 
 def shown_methods(df) -> list[str]:

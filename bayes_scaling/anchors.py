@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from .bayes.expansion import expansion_scale
 from .bayes.intervals import extrapolation, fitted_table, input_columns, signature_grid
 from .bayes.posterior import Posterior, extrapolation_distance
 from .bayes.predictive import ParamDraws, as_draws, predict_draws
@@ -291,7 +292,8 @@ def _discrepancy_moments(posterior, tables, values, noise_var: float, discrepanc
     extrapolation distance (0 inside the fitted range) and ``(p, tau, mu)`` from the grid
     posterior of the leave-future-out rehearsal along the row's signature
     (``settings["discrepancy"]`` a number ``tau``: ``s_i = tau d_i``, ``m = 0``; ``"off"``: both
-    0). Rows of one signature share ``(p, tau, mu)``, so ``M_ij = sum_g w_g tau_g^2 d_i^p_g
+    0; ``"expansion"``: ``s = 0`` and ``H = Phi (V + c c') Phi'`` with ``Phi`` the rows'
+    ``phi_perp`` and ``c ~ N(c, V)`` the expansion's coefficients, shared by every row). Rows of one signature share ``(p, tau, mu)``, so ``M_ij = sum_g w_g tau_g^2 d_i^p_g
     d_j^p_g`` and ``H_ij = sum_g w_g (mu_g^2 + sd(mu)_g^2) d_i^p_g d_j^p_g``; signatures are
     rehearsed apart, so across two of them the products of the means. Otherwise a stationary
     sd, ``M = s_d^2`` and ``H = 0``: the number given,
@@ -323,6 +325,15 @@ def _rehearsed_moments(post, tables):
     mode = post.settings.get("discrepancy", "auto")
     fitted, columns = fitted_table(post), input_columns(post.law)
     n_q = len(tables[0])
+    if mode == "expansion":  # one coefficient vector shared by every row: all systematic
+        ex, scale = post.expansion(), expansion_scale(post)
+        mean, cov = ex.coefficients(scale)
+        P = ex.phi_perp(pd.concat(tables, ignore_index=True))
+        H = P @ (cov + np.outer(mean, mean)) @ P.T
+        return (np.zeros_like(H), H), {
+            "discrepancy": "expansion",
+            "discrepancy_sd_queries": float(np.sqrt(np.mean(np.diag(H)[:n_q]))),
+            "discrepancy_basis": ex.describe(scale)}
     if mode == "auto":
         parts = [extrapolation(fitted, t, columns) for t in tables]
         d = np.concatenate([p[0] for p in parts])

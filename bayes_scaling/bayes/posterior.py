@@ -13,6 +13,7 @@ import pandas as pd
 from .. import data as _data
 from ..errors import BayesScalingError, ConvergenceError, ConvergenceWarning
 from ..laws import Law
+from .expansion import Expansion, expansion_scale
 from .intervals import (
     FittedRange,
     extrapolation,
@@ -95,6 +96,13 @@ class Posterior:
         """The fitted table's range in the law's input columns (built once)."""
         return self._memo("range", lambda: FittedRange(fitted_table(self),
                                                        input_columns(self.law)))
+
+    def expansion(self) -> Expansion:
+        """The model expansion of the law on the fitted table (``discrepancy="expansion"``;
+        :mod:`~bayes_scaling.bayes.expansion`), built once. Its prior scale is
+        ``settings["expansion_scale"]``, else :data:`~bayes_scaling.bayes.expansion.EXPANSION_SCALE`
+        (:func:`~bayes_scaling.bayes.expansion.expansion_scale`)."""
+        return self._memo("expansion", lambda: Expansion(self))
 
     def _param_draws(self, max_draws=None):
         return self._memo(("param_draws", max_draws), lambda: self._build_param_draws(max_draws))
@@ -189,10 +197,11 @@ class Posterior:
         if not isinstance(df, pd.DataFrame):
             df = pd.DataFrame(df)
         rehearsed = mode in ("auto", "calibrated")
-        if not rehearsed and mode != "off" and not isinstance(mode, (int, float)):
-            raise BayesScalingError(f"discrepancy must be 'auto', 'calibrated', 'off' or a number "
-                                    f">= 0 (a fixed tau), got {mode!r}")
-        if rehearsed:
+        if not rehearsed and mode not in ("off", "expansion") and not isinstance(mode,
+                                                                                 (int, float)):
+            raise BayesScalingError(f"discrepancy must be 'auto', 'calibrated', 'expansion', "
+                                    f"'off' or a number >= 0 (a fixed tau), got {mode!r}")
+        if rehearsed or mode == "expansion":
             d, sigs = self._fitted_range().locate(df)
         else:
             d = extrapolation_distance(self, df)
@@ -204,6 +213,12 @@ class Posterior:
                                  "discrepancy_tau": tau_med, "discrepancy_shift": shift,
                                  "discrepancy_basis": basis})
 
+        if mode == "expansion":  # the whole table moves, inside the fitted range too
+            ex, scale = self.expansion(), expansion_scale(self)
+            loc = ex.draws(df, scale, n_draws, np.random.default_rng(seed))
+            tau_med[:], shift[:] = loc.std(0), np.median(loc, 0)
+            basis[:] = ex.describe(scale)
+            return loc, np.zeros_like(loc), info()
         if mode == "off" or not mode or not (d > 0).any():
             return None, None, info()
         if not rehearsed:
