@@ -11,7 +11,11 @@ predictive draws are scored on the held-out side (which lies beyond the training
 split's axis; the held-out rows are never used to choose anything). Two predictives:
 
 - ``before``: the posterior predictive with ``discrepancy=0`` (fitted noise only);
-- ``after``: the default predictive (``discrepancy="auto"``), when the installed package has it.
+- ``after``: the default predictive (``discrepancy="auto"``), when the installed package has it;
+- ``expansion-<s>``: the fitted-noise predictive times the law's second-order model expansion at
+  prior scale ``s`` (``bs.bayes.expansion``), for every ``s`` of :data:`EXPANSION_GRID`, with each
+  training table's restricted log evidence of ``s``; the summary adds ``expansion-lodo``, every
+  dataset at the scale the other datasets' pooled evidence prefers (:func:`expansion_scales`).
 
 Scores per (dataset, split, law, predictive): rows, coverage of the central 50/80/90/95%
 intervals, mean relative 90% width (width / observed loss), CRPS (loss units, Gneiting & Raftery
@@ -1079,7 +1083,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="one split per dataset")
     ap.add_argument("--nuts", action="store_true", help="NUTS posteriors instead of Laplace")
     scaleout.add_arguments(ap, executor="serial", workers=2, what="units")
-    ap.add_argument("--variants", default="before,after", help="predictives to score")
+    ap.add_argument("--variants", default="before,after,expansion",
+                    help="predictives to score (expansion: every scale of EXPANSION_GRID)")
     ap.add_argument("--only", nargs="*", help="datasets to run (e.g. epoch bible_m3); "
                     "'simulated': the benchmark on tables from a known law")
     ap.add_argument("--summary", action="store_true", help="tables and figures from the cache")
@@ -1102,7 +1107,8 @@ def main(argv=None) -> int:
         run(units, variants, method, executor)
     command = (f"nice -n 10 python analyses/forecast_honesty.py --executor {a.executor} "
                f"--workers {a.workers}" + " --quick" * a.quick + " --nuts" * a.nuts
-               + (f" --variants {a.variants}" if a.variants != "before,after" else ""))
+               + (f" --variants {a.variants}" if a.variants != "before,after,expansion"
+                  else ""))
     print(summarise(units, variants, method, command,
                     None if a.summary else time.time() - t0))
     return 0
