@@ -8,7 +8,7 @@
 
 For every dataset, held-out split and law a posterior is fitted on the training side only and its
 predictive draws are scored on the held-out side (which lies beyond the training rows along the
-split's axis; the held-out rows are never used to choose anything). Two predictives:
+split's axis; the held-out rows are never used to choose anything). The predictives:
 
 - ``before``: the posterior predictive with ``discrepancy=0`` (fitted noise only);
 - ``after``: the default predictive (``discrepancy="auto"``), when the installed package has it;
