@@ -115,3 +115,19 @@ def test_anchor_selection_reads_the_same_expansion(straight):
         np.testing.assert_allclose(H[1, 2], (shift[:, 1] * shift[:, 2]).mean(), rtol=0.05)
     finally:
         del straight.settings["discrepancy"]
+
+
+def test_a_posterior_can_make_it_its_default_for_plans(straight):
+    # the planners read draws through predictive.predict_draws, i.e. the posterior's default
+    from bayes_scaling.bayes.predictive import predict_draws
+
+    rows = pd.DataFrame({"N": [1e8, 1e11]})
+    straight.settings["discrepancy"] = "expansion"
+    try:
+        planned = predict_draws(straight, rows)
+    finally:
+        del straight.settings["discrepancy"]
+    np.testing.assert_allclose(planned, straight.predict_draws(rows, discrepancy="expansion",
+                                                               allow_unconverged=True))
+    assert not np.allclose(planned, straight.predict_draws(rows, discrepancy="off",
+                                                           allow_unconverged=True))
