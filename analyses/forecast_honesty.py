@@ -662,13 +662,13 @@ def sim_expansion(cases, seeds, executor) -> str:
                         "mean log evidence - best": f"{float(np.mean(logev[v] - best)):.2f}"})
     return "\n".join([
         "## The model expansion (`discrepancy=\"expansion\"`) at each prior scale", "",
-        "The same replicate tables, scored with the fitted-noise predictive times the law's "
-        "second-order expansion in its log inputs (`bs.bayes.expansion`; prior scale `s` of its "
-        "coefficients). `off` coverage is in the table above. `mean log evidence - best`: the "
-        "training table's restricted log evidence of `s` against the best `s` of the grid for "
-        "that table, averaged over replicates: how strongly the table itself argues against "
-        "`s` (on the curved tables no more than on the right ones: within 0.4 of the best up "
-        "to `s` = 0.1 on both).", "", ev.markdown_table(pd.DataFrame(out))])
+        ("The same replicate tables, scored with the fitted-noise predictive times the law's "
+         "second-order expansion in its log inputs (`bs.bayes.expansion`; prior scale `s` of its "
+         "coefficients). `off` coverage is in the table above. `mean log evidence - best`: the "
+         "training table's restricted log evidence of `s` against the best `s` of the grid for "
+         "that table, averaged over replicates: how strongly the table itself argues against "
+         "`s` (on the curved tables no more than on the right ones: within 0.4 of the best up "
+         "to `s` = 0.1 on both)."), "", ev.markdown_table(pd.DataFrame(out))])
 
 
 ORACLE_PRIORS = (0.01, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -759,17 +759,17 @@ def sim_oracle_text(seeds: int) -> str:
     t["90% width / right-law only"] = t["90% width / right-law only"].map(lambda x: f"{x:.3f}")
     return "\n".join([
         "## What a training table can tell: an oracle", "",
-        f"On {seeds} replicate tables (the simulated cases' own and more), an oracle that knows "
-        "both hypotheses exactly (Chinchilla, and Chinchilla times the very curvature "
-        "`exp(0.006 log(N / 1e7)^2)` of the curved tables), fitted to each training table by "
-        "least squares with the true noise, weighs them by their Laplace evidence under a prior "
-        "probability `pi` of the curved one and forecasts the rows beyond the range with the "
-        "two-component mixture. Any method that is not told the alternative's form and size "
-        "(the rehearsal, the expansion) knows less than this oracle. Even so, the oracle's "
-        "posterior probability of the curved hypothesis stays near `pi` on both kinds of "
-        "table: 32 runs at noise 0.01 barely tell the two laws apart, so what an interval does "
-        "beyond the range is set by what it assumes about misspecification, not by the table. "
-        f"{verdict}", "",
+        (f"On {seeds} replicate tables (the simulated cases' own and more), an oracle that knows "
+         "both hypotheses exactly (Chinchilla, and Chinchilla times the very curvature "
+         "`exp(0.006 log(N / 1e7)^2)` of the curved tables), fitted to each training table by "
+         "least squares with the true noise, weighs them by their Laplace evidence under a prior "
+         "probability `pi` of the curved one and forecasts the rows beyond the range with the "
+         "two-component mixture. Any method that is not told the alternative's form and size "
+         "(the rehearsal, the expansion) knows less than this oracle. Even so, the oracle's "
+         "posterior probability of the curved hypothesis stays near `pi` on both kinds of "
+         "table: 32 runs at noise 0.01 barely tell the two laws apart, so what an interval does "
+         "beyond the range is set by what it assumes about misspecification, not by the table. "
+         f"{verdict}"), "",
         ev.markdown_table(t), ""])
 
 

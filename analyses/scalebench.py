@@ -217,12 +217,12 @@ def affordability_table(data_dir=None) -> list[str]:
               "a multiple of the budget. With none, no method can buy a run: the refit fails and "
               "the protocol scores -1.00, whatever the method."), "",
              "| task | budget | affordable runs | cheapest run / budget |", "|---|---|---|---|"]
-    for task in SHORT:
+    for task, short in SHORT.items():
         groups = bs.design.scalebench_task(task, "sl_1", data_dir=data_dir).groups()
         for b in BUDGETS:
             n = min(int(np.sum(g.cost <= b * g.cost.sum())) for g in groups)
             ratio = max(float(g.cost.min() / (b * g.cost.sum())) for g in groups)
-            lines.append(f"| {SHORT[task]} | {int(b * 100)}% | {n} | {ratio:.3g} |")
+            lines.append(f"| {short} | {int(b * 100)}% | {n} | {ratio:.3g} |")
     return lines + [""]
 
 
