@@ -293,13 +293,16 @@ def predictive(post, test, variant) -> np.ndarray:
                       float)
 
 
+def expansion_scale_of(variant: str) -> float:
+    """The prior scale of an ``expansion-<s>`` predictive (0 for ``off``: no expansion)."""
+    return 0.0 if variant == "off" else float(variant.split("-", 1)[1])
+
+
 def expanded(post, test) -> dict:
     """The model expansion of ``post`` (``bs.bayes.expansion``): functions of its prior scale
     ``s`` giving the predictive draws of ``test`` (the fitted-noise draws times the expansion's
     shift) and the table's restricted log evidence of ``s``."""
-    from bayes_scaling.bayes.expansion import Expansion
-
-    ex = Expansion(post)
+    ex = post.expansion()  # built once per posterior
     base = np.log(predictive(post, test, "before"))
 
     def draws(s):
@@ -353,8 +356,8 @@ def fit_unit(job) -> list[tuple[dict, pd.DataFrame | None]]:
                 warnings.simplefilter("ignore")
                 if v.startswith("expansion-"):
                     expansion = expansion or expanded(post, unit.test)
-                    draws = expansion["draws"](float(v.split("-", 1)[1]))
-                    meta.update(expansion["meta"](float(v.split("-", 1)[1])))
+                    draws = expansion["draws"](expansion_scale_of(v))
+                    meta.update(expansion["meta"](expansion_scale_of(v)))
                 else:
                     draws = predictive(post, unit.test, v)
         except (BayesScalingError, FloatingPointError, ValueError) as exc:
@@ -551,11 +554,11 @@ def sim_expansion_replicate(job) -> pd.DataFrame:
         ex = expanded(post, t)
         row = {"case": case.name, "seed": seed, "where": where, "y": t["loss"].to_numpy()}
         for v in ("off",) + EXPANSION_VARIANTS:
-            draws = ex["draws"](float(v.split("-")[1])) if v != "off" else ex["draws"](0.0)
+            draws = ex["draws"](expansion_scale_of(v))
             for lv in (50, 90):
                 row[f"{v}_lo{lv}"], row[f"{v}_hi{lv}"] = ev.central_interval(draws, lv / 100)
             if v != "off":
-                row[f"{v}_logev"] = ex["meta"](float(v.split("-")[1]))["log_evidence"]
+                row[f"{v}_logev"] = ex["meta"](expansion_scale_of(v))["log_evidence"]
         out.append(pd.DataFrame(row))
     return pd.concat(out, ignore_index=True)
 
@@ -655,7 +658,7 @@ def sim_expansion(cases, seeds, executor) -> str:
         best = pd.concat(logev, axis=1).max(axis=1)
         for v in EXPANSION_VARIANTS:
             out.append({"case": c.name, "law": "right" if c.right else "wrong",
-                        "s": v.split("-")[1], "cov50 beyond": _pct(beyond[f"{v} cov50"]),
+                        "s": f"{expansion_scale_of(v):g}", "cov50 beyond": _pct(beyond[f"{v} cov50"]),
                         "cov90 beyond": _pct(beyond[f"{v} cov90"]),
                         "90% width / off beyond": f"{beyond[f'90% width {v} / off']:.2f}",
                         "cov90 inside": _pct(inside[f"{v} cov90"]),
@@ -946,7 +949,7 @@ def expansion_scales(meta: pd.DataFrame) -> pd.DataFrame | None:
     m = meta[meta["variant"].str.startswith("expansion-") & (meta["status"] == "ok")]
     if m.empty or "log_evidence" not in m:
         return None
-    m = m.assign(s=m["variant"].str.split("-", n=1).str[1].astype(float))
+    m = m.assign(s=m["variant"].map(expansion_scale_of))
     curve = m.groupby(["dataset", "s"])["log_evidence"].mean().unstack("s").dropna(axis=1)
     total = curve.sum(axis=0)
     out = curve.sub(curve.max(axis=1), axis=0).round(1)
