@@ -293,7 +293,8 @@ def _discrepancy_moments(posterior, tables, values, noise_var: float, discrepanc
     posterior of the leave-future-out rehearsal along the row's signature
     (``settings["discrepancy"]`` a number ``tau``: ``s_i = tau d_i``, ``m = 0``; ``"off"``: both
     0; ``"expansion"``: ``s = 0`` and ``H = Phi (V + c c') Phi'`` with ``Phi`` the rows'
-    ``phi_perp`` and ``c ~ N(c, V)`` the expansion's coefficients, shared by every row). Rows of one signature share ``(p, tau, mu)``, so ``M_ij = sum_g w_g tau_g^2 d_i^p_g
+    ``phi_perp`` and ``c ~ N(c, V)`` the expansion's coefficients, shared by every row).
+    Rows of one signature share ``(p, tau, mu)``, so ``M_ij = sum_g w_g tau_g^2 d_i^p_g
     d_j^p_g`` and ``H_ij = sum_g w_g (mu_g^2 + sd(mu)_g^2) d_i^p_g d_j^p_g``; signatures are
     rehearsed apart, so across two of them the products of the means. Otherwise a stationary
     sd, ``M = s_d^2`` and ``H = 0``: the number given,

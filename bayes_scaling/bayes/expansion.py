@@ -82,13 +82,11 @@ class Expansion:
         Phi, self.names = self._phi(table)
         J, logf = self._jacobian(table)
         r = np.log(np.asarray(table["loss"], float)) - logf
-        self.n = len(table)
         # column-scaled SVD of J: the complement Q, and A = J^+ Phi
         norms = np.linalg.norm(J, axis=0)
         norms = np.where(norms > 0, norms, 1.0)
         U, S, Wt = np.linalg.svd(J / norms, full_matrices=True)
         rank = int(np.sum(S > _RANK_TOL * max(S.max(initial=0.0), 1e-300)))
-        self.rank = rank
         self.A = ((Wt[:rank].T / S[:rank]) @ U[:, :rank].T @ Phi) / norms[:, None]
         Q = U[:, rank:]
         self.z, self.Psi = Q.T @ r, Q.T @ Phi
@@ -100,6 +98,7 @@ class Expansion:
         s_post = np.asarray(post.draws("sigma")) if "sigma" in post.param_names else None
         self.sigma_fit = float(np.median(s_post)) if s_post is not None else float(
             post.settings.get("scale") or 0.0)
+        self._by_scale = {}  # s -> (sigma, coefficient mean, coefficient covariance)
 
     # --- pieces --------------------------------------------------------------------------------
     def _phi(self, df: pd.DataFrame):
@@ -127,14 +126,31 @@ class Expansion:
                        + np.sum(self.w**2 / v))
 
     # --- the expansion's posterior ---------------------------------------------------------------
+    def _posterior(self, s: float):
+        """``(sigma, mean, cov)`` at scale ``s``, computed once per scale (forecasts and plans
+        ask for the same scale many times)."""
+        if s not in self._by_scale:
+            if self.dof < 3 or self.rest <= 0:
+                sigma = self.sigma_fit
+            else:
+                res = minimize_scalar(lambda t: -self._loglik(t, s), bounds=(-40.0, 5.0),
+                                      method="bounded")
+                sigma = float(np.exp(0.5 * res.x))
+            m = self.Psi.shape[1]
+            if m == 0 or s <= 0:
+                mean, V = np.zeros(m), np.zeros((m, m))
+            else:
+                s2 = max(sigma, 1e-12) ** 2
+                V = np.linalg.inv(self.Psi.T @ self.Psi / s2 + np.eye(m) / s**2)
+                V = 0.5 * (V + V.T)
+                mean = V @ self.Psi.T @ self.z / s2
+            self._by_scale[s] = (sigma, mean, V)
+        return self._by_scale[s]
+
     def sigma(self, s: float) -> float:
         """Restricted maximum-likelihood noise sd given the expansion scale ``s`` (the fitted
         noise when the table leaves too few residual degrees of freedom)."""
-        if self.dof < 3 or self.rest <= 0:
-            return self.sigma_fit
-        res = minimize_scalar(lambda t: -self._loglik(t, s), bounds=(-40.0, 5.0),
-                              method="bounded")
-        return float(np.exp(0.5 * res.x))
+        return self._posterior(s)[0]
 
     def log_evidence(self, s: float) -> float:
         """Restricted log marginal likelihood of ``s`` (noise profiled), up to a constant shared
@@ -145,14 +161,7 @@ class Expansion:
 
     def coefficients(self, s: float):
         """``(mean, cov)`` of ``c`` given the table at prior scale ``s``."""
-        m = self.Psi.shape[1]
-        if m == 0 or s <= 0:
-            return np.zeros(m), np.zeros((m, m))
-        s2 = max(self.sigma(s), 1e-12) ** 2
-        P = self.Psi.T @ self.Psi / s2 + np.eye(m) / s**2
-        V = np.linalg.inv(P)
-        V = 0.5 * (V + V.T)
-        return V @ self.Psi.T @ self.z / s2, V
+        return self._posterior(s)[1:]
 
     def phi_perp(self, df: pd.DataFrame) -> np.ndarray:
         """``(n, m)``: what each coefficient moves the forecast of a row of ``df`` by, once the
