@@ -131,3 +131,14 @@ def test_a_posterior_can_make_it_its_default_for_plans(straight):
                                                                allow_unconverged=True))
     assert not np.allclose(planned, straight.predict_draws(rows, discrepancy="off",
                                                            allow_unconverged=True))
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), "wide"])
+def test_a_bad_scale_is_refused_with_its_setting_named(straight, bad):
+    straight.settings["expansion_scale"] = bad
+    try:
+        with pytest.raises(BayesScalingError, match=r"settings\['expansion_scale'\]"):
+            straight.forecast(pd.DataFrame({"N": [1e10]}), discrepancy="expansion",
+                              allow_unconverged=True)
+    finally:
+        del straight.settings["expansion_scale"]

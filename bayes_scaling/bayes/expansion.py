@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize_scalar
 
+from ..errors import BayesScalingError
 from .intervals import FittedRange, fitted_table, input_columns
 from .predictive import law_inputs
 
@@ -50,8 +51,20 @@ _RANK_TOL = 1e-9
 
 def expansion_scale(post) -> float:
     """The prior scale a posterior's expansion uses: ``settings["expansion_scale"]``, else
-    :data:`EXPANSION_SCALE`."""
-    return float(post.settings.get("expansion_scale", EXPANSION_SCALE))
+    :data:`EXPANSION_SCALE`.
+
+    Raises:
+        BayesScalingError: the scale is not a finite number >= 0.
+    """
+    value = post.settings.get("expansion_scale", EXPANSION_SCALE)
+    try:
+        scale = float(value)
+    except (TypeError, ValueError):
+        scale = float("nan")
+    if not (np.isfinite(scale) and scale >= 0):
+        raise BayesScalingError(f"settings['expansion_scale'] must be a finite number >= 0 (the "
+                                f"prior sd of the expansion's coefficients), got {value!r}")
+    return scale
 
 
 def expansion_terms(V: np.ndarray, cols) -> tuple[np.ndarray, list[str]]:
