@@ -1,0 +1,815 @@
+"""The posterior suite: a reference posterior and the default engine's result on every
+(law, table) pair the project can form, stored as summaries so it can be rerun whenever the
+engine changes (in the spirit of posteriordb).
+
+Cases (``--list`` prints them in the order they run; ``--only REGEX`` and ``--max-cases`` pick):
+
+- ``sim/<law>/r<k>``: a table simulated from a law with known parameters (the law's ``example``
+  when it is on the design's scale, else its MAP fit on the real table the design comes from),
+  40 rows of a real table's design, Huber noise of scale ``SIM_SIGMA`` (the likelihood's own
+  noise); the default posterior's 90% intervals are scored for coverage of the true values;
+- ``scalebench/<task>[/<group>]/<law>``: the 31 ScaleBench laws on their task's pool (each group
+  of a grouped task alone); the vocabulary task is listed and skipped (its target is negative, and
+  every likelihood here is on log loss);
+- ``paper/<table>/<subset>/<law>``: every registered law on the bundled tables it applies to,
+  with the papers' subsets (chinchilla_epoch's ``epoch_kept`` rows; Gadre's c4_val per training
+  corpus; datablations; mixing_laws_cpt per domain; bible_ptpp per domain on the training PTPPs
+  15 and 31; bible_m3 per language pair on the M3 paper's setting of each law, the two-phase laws
+  with the Chinchilla base fixed at its MAP fit on the phase-1 rows);
+- ``extra/<table>/...``: the Chinchilla law on the extra tables of ``../shared/datasets`` where
+  its columns exist (porian_isoflop per configuration, misfitting_li2025's final checkpoints,
+  polypythia's loss curves); regmix is listed and skipped (no N or D variation).
+
+Per case and role (one JSON line each in ``benchmarks/out/posteriors/results.jsonl``):
+
+- ``reference``: ``bs.fit_posterior`` with ``REFERENCE`` (8 chains of 2000 warm-up steps and
+  1000 draws: twice the default warm-up and total draws; acceptance target 0.995), marked ``no reference`` when it fails its own checks;
+  stored as mean, sd, 5/50/95% quantiles, MCSE of the mean, bulk ESS and R-hat of each
+  parameter and of the law's value at ``value_rows`` (the table's largest row and the same row
+  with every size column times 10);
+- ``default``: ``bs.fit_posterior(law, table, seed=s, progress_bar=False)`` at seeds 0, 1, 2
+  with the same summaries, whether it converged (and why not), its wall time and, on simulated
+  tables, which true values its 90% intervals cover.
+
+Each (case, role) runs in a subprocess with a wall-clock cap (a reference over the cap is marked
+``timeout``, not retried). The summary compares each default run with the reference:
+``|mean_default - mean_ref| / sqrt(mcse_default^2 + mcse_ref^2)`` per parameter (within 3 is
+agreement), and writes ``summary.md``.
+
+Usage:
+    nice -n 15 .venv/bin/python benchmarks/posteriors.py [--only REGEX] [--max-cases N]
+        [--roles reference default] [--redo-default] [--ref-timeout S] [--summary-only]
+    .venv/bin/python benchmarks/posteriors.py --list
+
+``--redo-default`` reruns the default engine (seeds 0, 1, 2) on every selected case with a
+finished reference, once per commit: a default line already measured at the current commit is
+kept. The summary reads the latest line of each (case, role, seed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import bayes_scaling as bs  # noqa: E402
+
+OUT = ROOT / "benchmarks" / "out" / "posteriors"
+RESULTS = OUT / "results.jsonl"
+SUMMARY = OUT / "summary.md"
+SHARED = ROOT.parent / "shared" / "datasets"
+
+SEEDS = (0, 1, 2)
+REFERENCE = dict(num_chains=8, num_warmup=2000, num_samples=1000, target_accept=0.995)
+REFERENCE_SEED = 12345
+SIM_ROWS = 40
+SIM_SIGMA = 0.01
+INTERVAL = 0.9
+MCSE_Z = 3.0
+#: goals of the suite's totals
+GOALS = dict(converged=97.0, within=95.0, coverage=(85.0, 95.0), seconds=10.0)
+QUANTILES = (0.05, 0.5, 0.95)
+
+
+# ==================================================================================================
+# Cases
+
+
+@dataclass
+class Built:
+    """What a case fits: the table, the law's fixed parameters, and (simulated) the truth."""
+
+    table: pd.DataFrame
+    fixed: dict = field(default_factory=dict)
+    truth: dict | None = None
+    note: str = ""
+
+
+@dataclass
+class Case:
+    name: str
+    family: str          # the law family the totals are grouped by
+    kind: str            # simulated | scalebench | paper | extra
+    law_name: str        # a registered law's name, or "<task>/<id>" of a ScaleBench law
+    build: Callable[[], Built] | None = None
+    skip: str | None = None
+
+    def law(self):
+        if "/" in self.law_name:
+            task, law_id = self.law_name.rsplit("/", 1)
+            return bs.scalebench.get(task, law_id)
+        return bs.laws.get(self.law_name)
+
+
+def _family(law_name: str) -> str:
+    if "/" in law_name:
+        return "scalebench:" + law_name.rsplit("/", 1)[0].replace("_scaling_law", "")
+    if law_name.startswith(("ptpp", "dcpt")):
+        return "ptpp" + ("_m3" if law_name.endswith("_m3") else "")
+    if law_name in ("chinchilla",):
+        return "chinchilla"
+    if law_name == "muennighoff":
+        return "muennighoff"
+    return "m3"
+
+
+def _sample_rows(df, n, seed):
+    if len(df) <= n:
+        return df.reset_index(drop=True)
+    idx = np.random.default_rng(seed).choice(len(df), n, replace=False)
+    return df.iloc[np.sort(idx)].reset_index(drop=True)
+
+
+# --- real tables ----------------------------------------------------------------------------------
+def epoch():
+    df = bs.datasets.load("chinchilla_epoch")
+    return df[df["epoch_kept"]].reset_index(drop=True)
+
+
+def gadre(train_set):
+    g = bs.datasets.load("gadre_overtraining")
+    return g[(g["domain"] == "c4_val") & (g["train_set"] == train_set)].reset_index(drop=True)
+
+
+def mixing(domain):
+    df = bs.datasets.load("mixing_laws_cpt")
+    return df[~df["is_base"] & (df["D"] > 0) & (df["domain"] == domain)].reset_index(drop=True)
+
+
+#: mixing_laws_cpt holds one model size: the N term of D-CPT is a constant there (as in
+#: analyses/forecast_honesty.py)
+CONSTANT_N_TERM = {"A": 1e-9, "alpha": 0.5}
+
+
+def bible_ptpp(domain):
+    """The PTPP paper's fitting rows: adaptation rows (D > 0) at the training PTPPs 15 and 31."""
+    df = bs.datasets.load("bible_ptpp")
+    return df[(df["D"] > 0) & (df["domain"] == domain)
+              & df["ptpp"].isin((15, 31))].reset_index(drop=True)
+
+
+def bible_m3(pair):
+    df = bs.datasets.load("bible_m3")
+    df = df.assign(ptpp=df["D_1"] / df["N_nonemb"])  # as analyses/m3_common.load_table
+    return df[df["pair"] == pair].reset_index(drop=True)
+
+
+#: The M3 paper's setting of each law (analyses/m3_common.SETTINGS) and its fitting mode.
+M3_ROWS = {
+    "a": lambda d: d["n_stages"] <= 2,
+    "c": lambda d: (d["n_stages"] == 1) & (d["r"] >= 1),
+    "d2o": lambda d: (d["n_stages"] == 2) & (d["k"] <= 1) & (d["r"] < 1),
+}
+M3_LAWS = {  # law: (setting, mode)
+    "chinchilla_m3": ("a", "one"), "he": ("a", "two"), "he_dual": ("a", "two"),
+    "muennighoff_m3": ("a", "two"), "atlas": ("a", "two"), "sedova": ("a", "one"),
+    "m3": ("a", "two"), "m3_nodual": ("a", "two"), "m3_nog": ("a", "two"),
+    "m3_hlp": ("a", "two"), "m3_r1": ("a", "two"), "m3_rmk": ("c", "two"),
+    "m3_rmk_hlp": ("c", "two"), "m3_rmkr_nog": ("a", "two"), "m3_rmkr": ("a", "two"),
+    "m3_rmk_g": ("a", "two"), "dcpt_m3": ("d2o", "one"), "ptpp_floor_m3": ("d2o", "one"),
+    "ptpp_gated_m3": ("d2o", "one"), "ptpp_gated_floor_m3": ("d2o", "one"), "zhang": ("d2o", "one"),
+}
+M3_BASE = ("A", "B", "alpha", "beta", "E")
+
+
+def m3_phase1(df):
+    """M3 App. C.2.4 phase 1: monolingual (r = 1), low-epoch (k <= 4), single-stage rows."""
+    return df[(df["r"] >= 1) & (df["k"] <= 4) & (df["n_stages"] == 1)]
+
+
+def _m3_build(law_name, pair):
+    setting, mode = M3_LAWS[law_name]
+
+    def build():
+        df = bible_m3(pair)
+        table = df[np.asarray(M3_ROWS[setting](df), bool)].reset_index(drop=True)
+        fixed, note = {}, f"M3 setting ({setting}) rows of {pair}"
+        if mode == "two":
+            base = bs.fit_map("chinchilla_m3", m3_phase1(df), delta=1e-3, n_starts=16, seed=0)
+            fixed = {k: float(base.params[k]) for k in M3_BASE}
+            note += "; base (A, B, alpha, beta, E) fixed at the chinchilla_m3 MAP fit on the phase-1 rows"
+        return Built(table, fixed, None, note)
+
+    return build
+
+
+# --- simulated tables -----------------------------------------------------------------------------
+def _sim_design(law_name):
+    """(design rows, truth source): 'example' or the real table the MAP truth is fitted on."""
+    if law_name == "chinchilla":
+        return epoch(), "example"
+    if law_name == "muennighoff":
+        return bs.datasets.load("datablations"), "example"
+    if law_name == "dcpt":
+        return mixing("target"), "example"
+    if law_name in ("ptpp_floor", "ptpp_gated_floor"):
+        return bible_ptpp("target"), "map"
+    if law_name == "he":
+        return bible_m3("fr-en").pipe(lambda d: d[d["n_stages"] <= 1]).reset_index(drop=True), "map"
+    raise KeyError(law_name)
+
+
+SIM_LAWS = ("chinchilla", "muennighoff", "dcpt", "ptpp_floor", "he", "ptpp_gated_floor")
+
+
+def simulate(law, design, truth, sigma, seed):
+    """``design`` with ``loss = f(truth, x) exp(sigma eps)``, ``eps`` drawn from the Huber
+    likelihood's standard density (the model's own noise), seeded."""
+    import jax
+
+    mean = np.asarray(law(truth, design), float)
+    eps = np.asarray(bs.bayes.standard_noise("huber", jax.random.PRNGKey(seed), (len(design),)))
+    return design.assign(loss=mean * np.exp(sigma * eps))
+
+
+def _sim_build(law_name, rep):
+    def build():
+        law = bs.laws.get(law_name)
+        real, source = _sim_design(law_name)
+        if source == "example":
+            truth, note = dict(law.example), "truth: the law's example"
+        else:
+            fit = bs.fit_map(law, real, delta=0.02, n_starts=16, seed=0)
+            truth, note = {k: float(fit.params[k]) for k in law.param_names}, \
+                "truth: the MAP fit on the real table"
+        design = _sample_rows(real, SIM_ROWS, 1000 + rep)
+        table = simulate(law, design, truth, SIM_SIGMA, 2000 + rep)
+        return Built(table, {}, {**truth, "sigma": SIM_SIGMA},
+                     f"{note}; {len(table)} rows; Huber noise sigma {SIM_SIGMA}")
+
+    return build
+
+
+# --- ScaleBench -----------------------------------------------------------------------------------
+def _scalebench_build(task, group):
+    def build():
+        train, _ = bs.scalebench.load(task)
+        if group is not None:
+            train = train[train["group"] == group]
+        table = train.rename(columns={bs.scalebench.TARGETS[task]: "loss"}) \
+            if bs.scalebench.TARGETS[task] != "loss" else train
+        return Built(table.reset_index(drop=True), {}, None, f"{task} pool"
+                     + (f", group {group}" if group else ""))
+
+    return build
+
+
+# --- extra tables ---------------------------------------------------------------------------------
+PORIAN_KEY = ("dataset", "hparams", "warmup", "decay", "param_count", "loss_type")
+PYTHIA_N = {"14m-seed1": 14_067_712, "70m-seed1": 70_426_624, "160m-seed5": 162_322_944}
+PYTHIA_TOKENS_PER_STEP = 2_097_152
+
+
+def porian(key):
+    df = pd.read_csv(SHARED / "porian_isoflop" / "porian_isoflop_points.csv")
+    sel = np.ones(len(df), bool)
+    for k, v in zip(PORIAN_KEY, key):
+        sel &= df[k].astype(str).to_numpy() == v
+    return df[sel].rename(columns={"n": "N", "t": "D"})[["loss", "N", "D", "flops"]] \
+        .reset_index(drop=True)
+
+
+def porian_keys():
+    path = SHARED / "porian_isoflop" / "porian_isoflop_points.csv"
+    if not path.exists():
+        return []
+    df = pd.read_csv(path, usecols=list(PORIAN_KEY))
+    return [tuple(map(str, k)) for k in df.drop_duplicates().itertuples(index=False)]
+
+
+def misfitting():
+    """Final checkpoints; of the learning rates tried for a (model, token budget), the best."""
+    df = pd.read_csv(SHARED / "misfitting_li2025" / "scaling_results_last_ckpt_only.csv")
+    best = df.loc[df.groupby(["model", "train_tokens"])["loss"].idxmin()]
+    return best[["loss", "N", "D", "model", "train_tokens", "peak_lr"]].reset_index(drop=True)
+
+
+def polypythia(points=20, first_step=1000):
+    """Per size, the mean training loss over 100 steps around ``points`` log-spaced steps from
+    ``first_step`` to the end (tokens = steps x 2,097,152): loss-curve points of three runs."""
+    rows = []
+    for name, n in PYTHIA_N.items():
+        d = pd.read_csv(SHARED / "polypythia_train_loss" / f"{name}.tsv", sep="\t")
+        d = d.dropna().sort_values("step")
+        steps = np.unique(np.geomspace(first_step, d["step"].max(), points).round())
+        for s in steps:
+            w = d[(d["step"] > s - 100) & (d["step"] <= s)]
+            if len(w):
+                rows.append(dict(loss=float(w["train/lm_loss"].mean()), N=float(n),
+                                 D=float(s) * PYTHIA_TOKENS_PER_STEP, step=int(s), run=name))
+    return pd.DataFrame(rows)
+
+
+def _fixed_build(load, fixed=None, note=""):
+    return lambda: Built(load(), dict(fixed or {}), None, note)
+
+
+def cases() -> list[Case]:
+    """Every case, in the order they run: simulated tables (first replicate of each family, then
+    the second), ScaleBench, the papers' tables, the extra tables, further simulated replicates."""
+    out: list[Case] = []
+
+    def sim(rep):
+        for name in SIM_LAWS:
+            out.append(Case(f"sim/{name}/r{rep}", _family(name), "simulated", name,
+                            _sim_build(name, rep)))
+
+    sim(0)
+    sim(1)
+    for task in bs.scalebench.TASKS:
+        laws = bs.scalebench.task_laws(task)
+        if task == "vocab_scaling_law":
+            for law_id in laws:
+                out.append(Case(f"scalebench/{task}/{law_id}", _family(f"{task}/x"), "scalebench",
+                                f"{task}/{law_id}", skip="the target (unigram-normalised loss) is "
+                                "negative; every likelihood here is on log loss"))
+            continue
+        groups = [None]
+        if task == "parallel_scaling_law":
+            groups = ["stack", "pile"]
+        for law_id in laws:
+            for g in groups:
+                tag = f"{task}/{g}/{law_id}" if g else f"{task}/{law_id}"
+                out.append(Case(f"scalebench/{tag}", _family(f"{task}/x"), "scalebench",
+                                f"{task}/{law_id}", _scalebench_build(task, g)))
+    paper = [("chinchilla_epoch/kept", "chinchilla", _fixed_build(epoch, note="epoch_kept rows"))]
+    paper += [("datablations/all", "muennighoff", _fixed_build(
+        lambda: bs.datasets.load("datablations"), note="the 182-run fit set"))]
+    paper += [(f"gadre_overtraining/c4_val-{ts}", "chinchilla",
+               _fixed_build(lambda ts=ts: gadre(ts), note=f"c4_val, train_set {ts}"))
+              for ts in ("c4_original", "rpj", "rw_original")]
+    paper += [(f"mixing_laws_cpt/{dom}", "dcpt",
+               _fixed_build(lambda dom=dom: mixing(dom), CONSTANT_N_TERM,
+                            f"{dom} CPT rows; one model size, so A and alpha fixed"))
+              for dom in ("target", "source")]
+    paper += [(f"bible_ptpp/{dom}-ptpp15-31", law,
+               _fixed_build(lambda dom=dom: bible_ptpp(dom), note=f"{dom}, D > 0, PTPP 15 and 31"))
+              for dom in ("target", "source")
+              for law in ("ptpp_floor", "ptpp_gated", "ptpp_gated_floor", "dcpt")]
+    paper += [(f"bible_m3/{pair}-{M3_LAWS[law][0]}", law, _m3_build(law, pair))
+              for law in M3_LAWS for pair in ("fr-en", "ar-en")]
+    for tag, law, build in paper:
+        out.append(Case(f"paper/{tag}/{law}", _family(law), "paper", law, build))
+    out.append(Case("extra/misfitting_li2025/final-best-lr/chinchilla", "chinchilla", "extra",
+                    "chinchilla", _fixed_build(misfitting, note="final checkpoints, best LR")))
+    out.append(Case("extra/polypythia_train_loss/3-sizes/chinchilla", "chinchilla", "extra",
+                    "chinchilla", _fixed_build(polypythia, note=(
+                        "training-loss curves of one cosine schedule per size (not separately "
+                        "trained runs), 20 log-spaced steps per size"))))
+    for key in porian_keys():
+        out.append(Case("extra/porian_isoflop/" + "-".join(key) + "/chinchilla", "chinchilla",
+                        "extra", "chinchilla",
+                        _fixed_build(lambda key=key: porian(key), note="IsoFLOP points (n, t)")))
+    out.append(Case("extra/regmix/chinchilla", "chinchilla", "extra", "chinchilla",
+                    skip="each RegMix table holds one model size and one token budget (the 60M "
+                         "runs' budget is not stated): no N or D variation for L(N, D)"))
+    for rep in (2, 3):
+        sim(rep)
+    return out
+
+
+# ==================================================================================================
+# Summaries of one posterior
+
+
+def draw_summary(x) -> dict:
+    """Mean, sd, 5/50/95% quantiles, MCSE of the mean, bulk ESS and R-hat of draws
+    ``x`` of shape (chains, draws)."""
+    import arviz as az
+
+    x = np.asarray(x, float)
+    flat = x.reshape(-1)
+    q = np.quantile(flat, QUANTILES)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcse = float(az.mcse(x, method="mean"))
+        ess = float(az.ess(x, method="bulk"))
+        rhat = float(az.rhat(x)) if x.shape[0] > 1 else float("nan")
+    return dict(mean=float(flat.mean()), sd=float(flat.std(ddof=1)), q05=float(q[0]),
+                q50=float(q[1]), q95=float(q[2]), mcse=mcse, ess_bulk=ess, r_hat=rhat)
+
+
+def size_columns(law, table) -> list[str]:
+    """The law's input columns whose every value exceeds 1 (sizes, tokens, PTPP, FLOPs)."""
+    out = []
+    for v in law.variables:
+        c = law.column(v)
+        if c in table and np.all(np.asarray(table[c], float) > 1):
+            out.append(c)
+    return out
+
+
+def value_rows(law, table) -> pd.DataFrame:
+    """Where the law's value is summarised: the table's largest row (the largest sum of log size
+    columns) and that row with every size column times 10."""
+    cols = [law.column(v) for v in law.variables]
+    sizes = size_columns(law, table)
+    t = table[cols]
+    score = np.log(t[sizes].astype(float)).sum(axis=1) if sizes else pd.Series(0.0, index=t.index)
+    big = t.loc[[score.idxmax()]].reset_index(drop=True)
+    ext = big.copy()
+    for c in sizes:
+        ext[c] = ext[c] * 10.0
+    return pd.concat([big, ext], ignore_index=True).set_axis(["largest", "x10"])
+
+
+def posterior_summary(post, law, table) -> dict:
+    """The stored summaries of a posterior: its parameters and the law's value at
+    :func:`value_rows`."""
+    pst = post.idata.posterior
+    params = {n: draw_summary(np.asarray(pst[n])) for n in post.param_names}
+    rows = value_rows(law, table)
+    C = pst.sizes["chain"]
+    values = {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            f = post.predict_draws(rows.reset_index(drop=True), kind="mean", discrepancy="off",
+                                   allow_unconverged=True)
+        f = np.asarray(f).reshape(C, -1, len(rows))
+        for j, label in enumerate(rows.index):
+            values[label] = draw_summary(f[..., j])
+    except Exception as exc:  # noqa: BLE001  (recorded, the parameters still count)
+        values["error"] = f"{type(exc).__name__}: {exc}"
+    return dict(params=params, values=values,
+                value_rows=rows.reset_index().rename(columns={"index": "row"})
+                .to_dict(orient="records"))
+
+
+def coverage(params: dict, truth: dict, level=INTERVAL) -> dict:
+    """``{name: whether the central interval holds the true value}`` for each parameter with a
+    true value; the interval is q05..q95 of the stored summaries (``level`` 0.9)."""
+    if abs(level - 0.9) > 1e-12:
+        raise ValueError("the stored summaries hold the 5% and 95% quantiles only (level 0.9)")
+    return {k: bool(s["q05"] <= truth[k] <= s["q95"]) for k, s in params.items() if k in truth}
+
+
+def mcse_distance(a: dict, b: dict) -> float:
+    """``|mean_a - mean_b| / sqrt(mcse_a^2 + mcse_b^2)``: how many Monte-Carlo standard errors of
+    the difference separate two runs' estimates of a posterior mean (``inf`` when the means differ
+    and both MCSEs are 0; ``nan`` when one is not finite)."""
+    d = abs(a["mean"] - b["mean"])
+    s = math.hypot(a["mcse"], b["mcse"])
+    if not (math.isfinite(d) and math.isfinite(s)):
+        return float("nan")
+    if s == 0:
+        return 0.0 if d == 0 else float("inf")
+    return d / s
+
+
+# ==================================================================================================
+# Running one (case, role)
+
+
+def git_commit() -> str:
+    """The short HEAD commit, with ``+dirty`` when ``bayes_scaling/`` has uncommitted changes
+    (the engine measured is then HEAD plus them)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "bayes_scaling"], cwd=ROOT,
+                               text=True, capture_output=True, check=True).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def load_average() -> str:
+    try:
+        return subprocess.run(["uptime"], text=True, capture_output=True).stdout.strip() \
+            .split("load average:")[-1].strip()
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def append(record: dict, path: Path = RESULTS) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fh.write(json.dumps(record, default=_jsonable) + "\n")
+
+
+def _jsonable(x):
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    if isinstance(x, np.bool_):
+        return bool(x)
+    return str(x)
+
+
+def read_results(path: Path = RESULTS) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut by a killed run: the job is run again
+    return out
+
+
+def latest(records) -> dict:
+    """The last record of each ``(case, role, seed)``."""
+    out = {}
+    for r in records:
+        out[(r["case"], r["role"], r["seed"])] = r
+    return out
+
+
+def pending(case: Case, role: str, records, *, redo_commit=None) -> list[int]:
+    """The seeds of ``role`` still to run for ``case``: none when the case is skipped; for
+    ``redo_commit`` (the default role rerun), the seeds without a line measured at that commit."""
+    seeds = [REFERENCE_SEED] if role == "reference" else list(SEEDS)
+    done = [r for r in records if r["case"] == case.name and r["role"] == role]
+    if role == "default" and redo_commit is not None:
+        done = [r for r in done if r.get("commit") == redo_commit]
+    have = {r["seed"] for r in done}
+    return [s for s in seeds if s not in have]
+
+
+def run_role(case: Case, role: str, seeds, path: Path = RESULTS) -> None:
+    """Fit ``case`` for ``role`` at ``seeds``, appending one line per seed."""
+    warnings.simplefilter("ignore")
+    law = case.law()
+    built = case.build()
+    base = dict(case=case.name, role=role, family=case.family, kind=case.kind, law=law.name,
+                n_rows=len(built.table), fixed=built.fixed, note=built.note, truth=built.truth,
+                commit=git_commit(), host=platform.node())
+    for seed in seeds:
+        kw = dict(REFERENCE) if role == "reference" else {}
+        rec = dict(base, seed=seed, settings=kw, load=load_average())
+        t0 = time.perf_counter()
+        try:
+            post = bs.fit_posterior(law, built.table, seed=seed, fixed=built.fixed or None,
+                                    progress_bar=False, allow_unconverged=True, **kw)
+        except Exception as exc:  # noqa: BLE001  (a failure is a result)
+            rec.update(status="error", error=f"{type(exc).__name__}: {exc}"[:2000],
+                       seconds=time.perf_counter() - t0)
+            append(rec, path)
+            continue
+        seconds = time.perf_counter() - t0
+        diag = post.diagnostics
+        rec.update(seconds=seconds, converged=post.ok, failed=list(diag.get("failed", [])),
+                   notes=list(diag.get("notes", [])), modes=int(diag.get("modes_found", 1)),
+                   divergences=diag.get("divergences"), max_rhat=diag.get("max_rhat"))
+        rec.update(posterior_summary(post, law, built.table))
+        if role == "reference":
+            rec["status"] = "ok" if post.ok else "no reference"
+        else:
+            rec["status"] = "converged" if post.ok else "not converged"
+            if built.truth:
+                rec["covered"] = coverage(rec["params"], built.truth)
+        append(rec, path)
+
+
+def run_subprocess(case: Case, role: str, seeds, timeout: float, path: Path = RESULTS) -> str:
+    """Run :func:`run_role` in a fresh process with a wall-clock cap; on timeout or a crash, a
+    line saying so for each seed that wrote none."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", case.name, role,
+           *map(str, seeds), "--results", str(path)]
+    t0 = time.perf_counter()
+    n_before = len(read_results(path))
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        how = "exit %d" % proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, _ = proc.communicate()
+        how = "timeout"
+    written = {r["seed"] for r in read_results(path)[n_before:] if r["case"] == case.name
+               and r["role"] == role}
+    for s in seeds:
+        if s not in written:
+            status = "timeout" if how == "timeout" else "error"
+            append(dict(case=case.name, role=role, seed=s, family=case.family, kind=case.kind,
+                        law=case.law_name, status=status, commit=git_commit(),
+                        seconds=time.perf_counter() - t0, load=load_average(),
+                        error=(f"over the {timeout:.0f} s cap" if how == "timeout" else
+                               f"worker {how}: {(out or '')[-1500:]}")), path)
+    return how
+
+
+# ==================================================================================================
+# The summary
+
+
+def compare(records) -> pd.DataFrame:
+    """One row per default (case, seed): convergence, seconds, the MCSE distances of its
+    parameters from the reference and, on simulated tables, the coverage of the truth."""
+    last = latest(records)
+    rows = []
+    for (case, role, seed), r in last.items():
+        if role != "default":
+            continue
+        ref = next((v for (c, ro, _), v in last.items() if c == case and ro == "reference"), None)
+        row = dict(case=case, family=r.get("family"), kind=r.get("kind"), seed=seed,
+                   status=r["status"], converged=r["status"] == "converged",
+                   seconds=float(r["seconds"]) if r.get("seconds") is not None else np.nan,
+                   commit=r.get("commit"),
+                   failed="; ".join(r.get("failed", []) or ([r["error"]] if r.get("error") else [])),
+                   ref_status=None if ref is None else ref["status"])
+        if ref is not None and ref["status"] == "ok" and "params" in r:
+            z = {k: mcse_distance(s, ref["params"][k]) for k, s in r["params"].items()
+                 if k in ref["params"]}
+            zv = {k: mcse_distance(s, ref["values"][k]) for k, s in r.get("values", {}).items()
+                  if isinstance(s, dict) and isinstance(ref["values"].get(k), dict)}
+            row.update(n_params=len(z), n_within=sum(v <= MCSE_Z for v in z.values()),
+                       max_z=max(z.values()) if z else np.nan,
+                       n_values=len(zv), n_values_within=sum(v <= MCSE_Z for v in zv.values()))
+        if r.get("covered"):
+            row.update(n_truth=len(r["covered"]), n_covered=sum(r["covered"].values()))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _pct(a, b):
+    return f"{100 * a / b:.1f}% ({a}/{b})" if b else "-"
+
+
+def totals(cmp: pd.DataFrame) -> dict:
+    def s(col):
+        return int(cmp[col].fillna(0).sum()) if col in cmp else 0
+
+    runs = cmp[cmp["status"].isin(["converged", "not converged"])] if len(cmp) else cmp
+    return dict(
+        runs=len(cmp), fitted=len(runs), converged=int(cmp["converged"].sum()) if len(cmp) else 0,
+        params=s("n_params"), within=s("n_within"), values=s("n_values"),
+        values_within=s("n_values_within"), truth=s("n_truth"), covered=s("n_covered"),
+        median_seconds=float(np.nanmedian(runs["seconds"].astype(float)))
+        if len(runs) and runs["seconds"].notna().any() else float("nan"))
+
+
+def write_summary(records, command: str, all_cases, path: Path = SUMMARY) -> str:
+    cmp = compare(records)
+    last = latest(records)
+    refs = {c: r for (c, ro, _), r in last.items() if ro == "reference"}
+    names = [c.name for c in all_cases]
+    skipped = [c for c in all_cases if c.skip]
+    ran = sorted(set(cmp["case"]) | set(refs)) if len(cmp) else sorted(refs)
+    t = totals(cmp) if len(cmp) else None
+    commits = sorted(set(cmp["commit"].dropna())) if len(cmp) else []
+    loads = sorted({r.get("load", "?") for r in last.values() if r["role"] == "default"})
+    lines = ["# Posterior suite", "",
+             f"Command: `{command}` (seeds {', '.join(map(str, SEEDS))} for the default engine; "
+             f"reference seed {REFERENCE_SEED} with {REFERENCE}).",
+             f"Default engine measured at commit(s) {', '.join(commits) or '-'}; machine "
+             f"{platform.node() or '?'}, {os.cpu_count()} cores; load averages (1, 5, 15 min) "
+             f"at the default runs: {_load_range(loads)}.", "",
+             f"Cases: {len(ran)} of {len(names)} ran ({len(skipped)} listed as skipped with a "
+             f"reason; the rest not reached in this run's time box).", ""]
+    if t:
+        cov = _pct(t["covered"], t["truth"])
+        lines += ["## Totals", "",
+                  "| measure | value | goal |", "|---|---|---|",
+                  f"| (case, seed) runs converged | {_pct(t['converged'], t['runs'])} | "
+                  f">= {GOALS['converged']:g}% |",
+                  f"| parameters within {MCSE_Z:g} MCSE of the reference | "
+                  f"{_pct(t['within'], t['params'])} | >= {GOALS['within']:g}% |",
+                  f"| law values (largest row, x10) within {MCSE_Z:g} MCSE | "
+                  f"{_pct(t['values_within'], t['values'])} | - |",
+                  f"| simulated: true values in the default 90% intervals | {cov} | "
+                  f"{GOALS['coverage'][0]:g}-{GOALS['coverage'][1]:g}% |",
+                  f"| median seconds per (case, seed) | {t['median_seconds']:.1f} | "
+                  f"<= {GOALS['seconds']:g} s |", ""]
+        lines += ["## Per family", "", "| family | runs | converged | within 3 MCSE | "
+                  "coverage | median s |", "|---|---|---|---|---|---|"]
+        for fam, g in cmp.groupby("family"):
+            tt = totals(g)
+            lines.append(f"| {fam} | {tt['runs']} | {_pct(tt['converged'], tt['runs'])} | "
+                         f"{_pct(tt['within'], tt['params'])} | {_pct(tt['covered'], tt['truth'])}"
+                         f" | {tt['median_seconds']:.1f} |")
+        lines += [""]
+    lines += ["## Per case", "",
+              "| case | rows | reference | ref s | default: converged | seconds (seeds) | "
+              "within 3 MCSE | max z | covered | failures |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in names:
+        if c not in ran:
+            continue
+        ref = refs.get(c)
+        g = cmp[cmp["case"] == c] if len(cmp) else cmp
+        n_rows = (ref or {}).get("n_rows") or next(
+            (r.get("n_rows") for (cc, _, _), r in last.items() if cc == c and r.get("n_rows")), "")
+        ref_s = "-" if ref is None else ref["status"]
+        ref_t = "-" if ref is None or ref.get("seconds") is None else f"{ref['seconds']:.0f}"
+        if len(g):
+            tt = totals(g)
+            secs = ", ".join("-" if pd.isna(x) else f"{x:.0f}" for x in g.sort_values("seed")["seconds"])
+            fails = "; ".join(sorted({f for f in g["failed"] if f}))[:300]
+            mz = g["max_z"].max() if "max_z" in g and g["max_z"].notna().any() else float("nan")
+            row = (f"{tt['converged']}/{tt['runs']} | {secs} | {_pct(tt['within'], tt['params'])}"
+                   f" | {mz:.1f} | {_pct(tt['covered'], tt['truth'])} | {fails}")
+        else:
+            row = "- | - | - | - | - | not run"
+        lines.append(f"| {c} | {n_rows} | {ref_s} | {ref_t} | {row} |")
+    no_ref = [c for c, r in refs.items() if r["status"] != "ok"]
+    if no_ref:
+        lines += ["", "## References that failed their own checks (no comparison)", ""]
+        for c in no_ref:
+            r = refs[c]
+            why = "; ".join(r.get("failed", []) or [r.get("error", "")])[:400]
+            lines.append(f"- `{c}`: {r['status']}: {why}")
+    if skipped:
+        lines += ["", "## Skipped cases", ""]
+        for c in skipped:
+            lines.append(f"- `{c.name}`: {c.skip}")
+    text = "\n".join(lines) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return text
+
+
+def _load_range(loads):
+    firsts = []
+    for s in loads:
+        try:
+            firsts.append(float(s.split(",")[0]))
+        except ValueError:
+            pass
+    return f"1-min {min(firsts):.1f} .. {max(firsts):.1f}" if firsts else "-"
+
+
+# ==================================================================================================
+# Command line
+
+
+def select(all_cases, only=None, max_cases=None):
+    out = [c for c in all_cases if only is None or re.search(only, c.name)]
+    return out[:max_cases] if max_cases else out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--list", action="store_true", help="print the cases and exit")
+    ap.add_argument("--only", help="run the cases whose name matches this regular expression")
+    ap.add_argument("--max-cases", type=int, help="run at most this many (selected) cases")
+    ap.add_argument("--roles", nargs="+", default=["reference", "default"],
+                    choices=["reference", "default"])
+    ap.add_argument("--redo-default", action="store_true",
+                    help="rerun the default engine on cases with a reference (once per commit)")
+    ap.add_argument("--ref-timeout", type=float, default=420.0,
+                    help="wall-clock cap of one reference run, seconds")
+    ap.add_argument("--default-timeout", type=float, default=900.0,
+                    help="wall-clock cap of the three default runs of a case, seconds")
+    ap.add_argument("--summary-only", action="store_true")
+    ap.add_argument("--results", default=str(RESULTS))
+    ap.add_argument("--summary", default=str(SUMMARY))
+    ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    path = Path(args.results)
+    all_cases = cases()
+    by_name = {c.name: c for c in all_cases}
+    if args.worker:
+        name, role, *seeds = args.worker
+        run_role(by_name[name], role, [int(s) for s in seeds], path)
+        return
+    chosen = select(all_cases, args.only, args.max_cases)
+    if args.list:
+        for c in chosen:
+            print(f"{c.name}\t{c.law_name}\t{c.kind}" + (f"\tSKIP: {c.skip}" if c.skip else ""))
+        return
+    command = "nice -n 15 .venv/bin/python benchmarks/posteriors.py " + " ".join(
+        a for a in (argv if argv is not None else sys.argv[1:]))
+    if not args.summary_only:
+        roles = ["default"] if args.redo_default else args.roles
+        redo = git_commit() if args.redo_default else None
+        for c in chosen:
+            if c.skip:
+                continue
+            records = read_results(path)
+            for role in roles:
+                if role == "default" and args.redo_default and not any(
+                        r["case"] == c.name and r["role"] == "reference" for r in records):
+                    continue
+                seeds = pending(c, role, records, redo_commit=redo)
+                if not seeds:
+                    continue
+                cap = args.ref_timeout if role == "reference" else args.default_timeout
+                t0 = time.time()
+                how = run_subprocess(c, role, seeds, cap, path)
+                print(f"{time.strftime('%H:%M:%S')} {c.name} {role} {seeds}: {how} "
+                      f"({time.time() - t0:.0f} s)", flush=True)
+                write_summary(read_results(path), command, all_cases, Path(args.summary))
+    print(write_summary(read_results(path), command, all_cases, Path(args.summary)))
+
+
+if __name__ == "__main__":
+    main()
