@@ -1,6 +1,7 @@
 # Two entry points for a fresh machine with only Python 3.11+:
 #   make demo   fit a law on a bundled real dataset and print the fit and its metrics
 #   make test   run the test suite (what CI runs)
+#   make docs   build the documentation site into site/ (tutorials executed; warnings are errors)
 PY ?= python3
 VENV := .venv
 # pytest-xdist workers for the main test run: tests are dealt out one by one, so the slow modules
@@ -9,6 +10,7 @@ VENV := .venv
 WORKERS ?= 2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.docs-installed
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -16,7 +18,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[train,dev,ray]"
 	touch $(STAMP)
 
-.PHONY: install demo test test-all analyses benchmarks
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install -q -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+.PHONY: install demo test test-all docs analyses benchmarks
 install: $(STAMP)
 
 demo: $(STAMP)
@@ -29,6 +35,11 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(WORKERS) -m "not isolated"
 	$(BIN)/python -m pytest -q -m isolated
+
+# the site: user guide, API reference from the docstrings, tutorials (docs/tutorials/*.py, jupytext
+# percent format) executed at build time, so a stale tutorial fails the build
+docs: $(DOCS_STAMP)
+	$(BIN)/mkdocs build --strict
 
 analyses: $(STAMP)
 	$(BIN)/bayes-scaling analyses
