@@ -99,7 +99,14 @@ CURVE = np.round(np.arange(0.05, 1.0, 0.05), 2)
 #: ``expansion-<s>``; ``--variants expansion`` runs them all from one fit per unit).
 EXPANSION_GRID = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 EXPANSION_VARIANTS = tuple(f"expansion-{s:g}" for s in EXPANSION_GRID)
-VARIANTS = ("before", "after") + EXPANSION_VARIANTS
+#: The peers' intervals (``bs.evaluate.baselines``; ``--variants baselines``): fitted by MAP
+#: refits on the training side, no posterior. ``before`` is the fitted-noise posterior.
+BASELINE_VARIANTS = ("bootstrap", "residual-bootstrap", "conformal")
+VARIANTS = ("before", "after") + EXPANSION_VARIANTS + BASELINE_VARIANTS
+#: Bootstrap replicates of the two bootstraps, and the Huber delta of every baseline's MAP
+#: refits (Epoch's 1e-3).
+N_BOOT = 100
+BASELINE_DELTA = 1e-3
 #: the project's fixed values (replications.py): datablations' base from Chinchilla's C4 fit, and
 #: the D-CPT N term that a single-N table cannot identify
 DATABLATIONS_BASE = {"A": np.exp(6.255414), "B": np.exp(7.3049974), "E": np.exp(0.6254804),
@@ -120,7 +127,9 @@ class Unit:
 
     ``law``: ``("registry", name)``, ``("nonemb", name)`` (``bible_common.nonemb_law``) or
     ``("scalebench", task, law_id)``; ``two_phase``: fix the M3 base at its phase-1 MAP.
-    ``skip``: a reason not to fit (recorded instead of a result).
+    ``skip``: a reason not to fit (recorded instead of a result). ``axis``: the split's
+    extrapolation axis for the conformal baseline (:func:`axis_values`; ``None``: the law input
+    along which the held-out rows reach farthest, ``bs.evaluate.baselines.auto_axis``).
     """
 
     dataset: str
@@ -132,6 +141,7 @@ class Unit:
     fixed: dict = field(default_factory=dict)
     two_phase: bool = False
     skip: str = ""
+    axis: tuple | None = None
 
     @property
     def slug(self) -> str:
@@ -159,16 +169,17 @@ def _top(values, q) -> np.ndarray:
 def epoch_units():
     df = bs.datasets.load("chinchilla_epoch")
     df = df[df["epoch_kept"]].reset_index(drop=True)
-    for split, held in (("N>=2.5e9", df["N"].to_numpy() >= 2.5e9),
-                        ("C=6ND top 20%", _top(6 * df["N"] * df["D"], 0.8))):
-        yield Unit("epoch", split, "chinchilla", ("registry", "chinchilla"), df[~held], df[held])
+    for split, held, axis in (("N>=2.5e9", df["N"].to_numpy() >= 2.5e9, ("column", "N")),
+                              ("C=6ND top 20%", _top(6 * df["N"] * df["D"], 0.8), ("6ND",))):
+        yield Unit("epoch", split, "chinchilla", ("registry", "chinchilla"), df[~held], df[held],
+                   axis=axis)
 
 
 def datablations_units():
     df = bs.datasets.load("datablations")
     held = _top(6 * df["N"] * df["D"], 0.8)
     yield Unit("datablations", "C=6ND top 20%", "muennighoff", ("registry", "muennighoff"),
-               df[~held], df[held], fixed=DATABLATIONS_BASE)
+               df[~held], df[held], fixed=DATABLATIONS_BASE, axis=("6ND",))
 
 
 def gadre_units():
@@ -178,7 +189,7 @@ def gadre_units():
         d = g[g["train_set"] == ts]
         held = d["ptpp"].to_numpy() > 80
         yield Unit("gadre", f"{ts}: ptpp>80", "chinchilla", ("registry", "chinchilla"),
-                   d[~held], d[held])
+                   d[~held], d[held], axis=("column", "ptpp"))
 
 
 def mixing_units():
@@ -188,7 +199,7 @@ def mixing_units():
         d = cpt[cpt["domain"] == domain]
         held = d["D"].to_numpy() >= np.unique(d["D"])[-2]
         yield Unit("mixing_laws_cpt", f"{domain}: two largest D", "dcpt", ("registry", "dcpt"),
-                   d[~held], d[held], fixed=CONSTANT_N_TERM)
+                   d[~held], d[held], fixed=CONSTANT_N_TERM, axis=("column", "D"))
 
 
 def ptpp_units():
@@ -199,7 +210,7 @@ def ptpp_units():
         train, test = d[d["ptpp"].isin((15, 31))], d[np.isclose(d["ptpp"], 279)]
         for form, name in PTPP_FORMS.items():
             yield Unit("bible_ptpp", f"{domain}: PTPP 279 from 15/31", form, ("nonemb", name),
-                       train, test)
+                       train, test, axis=("column", "ptpp"))
 
 
 def m3_units():
@@ -215,7 +226,7 @@ def m3_units():
             for label, two in (("M3", True), ("Chinchilla", False)):
                 yield Unit("bible_m3", f"{pair}: {s.name}", label,
                            ("registry", m3_common.LAWS[label][0]), train, test, two_phase=two,
-                           skip=skip)
+                           skip=skip, axis=("split", s))
 
 
 def scalebench_units():
@@ -270,7 +281,7 @@ def interval_version() -> str:
 
 def cache_dir(variant: str, method: str) -> Path:
     tag = ("v1" if variant == "before" else "x1" if variant.startswith("expansion")
-           else interval_version())
+           else "b1" if variant in BASELINE_VARIANTS else interval_version())
     return CACHE / method / f"{variant}-{tag}"
 
 
@@ -315,6 +326,47 @@ def expanded(post, test) -> dict:
     return {"draws": draws, "meta": meta}
 
 
+def axis_values(spec):
+    """The conformal baseline's axis of a unit (larger = farther out): ``("column", c)``,
+    ``("6ND",)`` (log compute), ``("split", Split)`` (an M3 split's column, negated when the
+    split holds out the rows below its threshold), or ``None`` (chosen from the held-out rows)."""
+    if spec is None:
+        return None
+    if spec[0] == "column":
+        return spec[1]
+    if spec[0] == "6ND":
+        def compute(t):
+            return np.log(6 * t["N"].to_numpy(float) * t["D"].to_numpy(float))
+        compute.name = "C = 6ND"
+        return compute
+    split = spec[1]
+    sign = -1.0 if split.op in ("<=", "<") else 1.0
+
+    def along(t):
+        return sign * np.asarray(split.values(t), float)
+    along.name = ("-" if sign < 0 else "") + split.column
+    return along
+
+
+def baseline(unit, law, fixed, variant) -> tuple[pd.DataFrame, dict]:
+    """Per-row scores (``bs.evaluate.quantile_rows``) of one of :data:`BASELINE_VARIANTS` on the
+    unit's held-out rows, and its settings (failed refits, calibration rows)."""
+    fn = {"bootstrap": ev.bootstrap, "residual-bootstrap": ev.residual_bootstrap,
+          "conformal": ev.conformal}[variant]
+    kw = {"axis": axis_values(unit.axis)} if variant == "conformal" else {"n_boot": N_BOOT}
+    q = fn(law, unit.train, unit.test, LEVELS, delta=BASELINE_DELTA, fixed=fixed or None,
+           seed=0, taus=ev.TAUS, **kw)
+    cols = [f"q{t:g}" for t in ev.TAUS]
+    rows = ev.quantile_rows(q[cols].to_numpy(), ev.TAUS, unit.test["loss"].to_numpy(float),
+                            LEVELS)
+    st = q.attrs["settings"]
+    meta = {k: st[k] for k in ("failed", "folds", "calibration_rows", "axis") if k in st}
+    if "half_width" in st:
+        meta["half_width90"] = st["half_width"][0.9]
+        meta["capped90"] = bool(st["capped"][0.9])
+    return rows, meta
+
+
 def fit_unit(job) -> list[tuple[dict, pd.DataFrame | None]]:
     """Fit one unit's posterior on its training side (once) and score each requested predictive
     on the held-out side. Returns one (meta, per-row scores or None when skipped or failed) per
@@ -334,19 +386,23 @@ def fit_unit(job) -> list[tuple[dict, pd.DataFrame | None]]:
             if unit.two_phase:
                 mapfit = m3_common.fit(law, unit.train)
                 fixed.update({k: mapfit.params[k] for k in M3_BASE})
-            post = bs.fit_posterior(law, unit.train, fixed=fixed or None, method=method, seed=0,
-                                    progress_bar=False)
+            post = None
+            if any(v not in BASELINE_VARIANTS for v in variants):
+                post = bs.fit_posterior(law, unit.train, fixed=fixed or None, method=method,
+                                        seed=0, progress_bar=False)
     except SplitSkipped as exc:
         return [({**base, "variant": v, "status": "skipped",
                   "reason": str(exc).splitlines()[0][:200]}, None) for v in variants]
     except (BayesScalingError, FloatingPointError, ValueError) as exc:
         return [({**base, "variant": v, "status": "failed",
                   "reason": str(exc).splitlines()[0][:200]}, None) for v in variants]
-    d = post.diagnostics
-    base.update(fit_seconds=time.perf_counter() - t0, posterior_ok=bool(post.ok),
-                check=(f"Pareto k {d['pareto_k']:.2f}" if method == "laplace" else
-                       f"R-hat {d['max_rhat']:.3f}, ESS {d['min_ess_bulk']:.0f}, "
-                       f"{d['divergences']} div"))
+    base.update(fit_seconds=time.perf_counter() - t0)
+    if post is not None:
+        d = post.diagnostics
+        base.update(posterior_ok=bool(post.ok),
+                    check=(f"Pareto k {d['pareto_k']:.2f}" if method == "laplace" else
+                           f"R-hat {d['max_rhat']:.3f}, ESS {d['min_ess_bulk']:.0f}, "
+                           f"{d['divergences']} div"))
     out = []
     expansion = None
     for v in variants:
@@ -354,6 +410,11 @@ def fit_unit(job) -> list[tuple[dict, pd.DataFrame | None]]:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
+                if v in BASELINE_VARIANTS:
+                    rows, extra = baseline(unit, law, fixed, v)
+                    meta.update(extra, predict_seconds=time.perf_counter() - t1)
+                    out.append((meta, rows))
+                    continue
                 if v.startswith("expansion-"):
                     expansion = expansion or expanded(post, unit.test)
                     draws = expansion["draws"](expansion_scale_of(v))
@@ -402,6 +463,10 @@ def run(units, variants, method, executor) -> None:
         if missing:
             todo.append((u, missing, method))
     todo = interleave(todo)
+    if all(v in BASELINE_VARIANTS for _, vs, _ in todo for v in vs):
+        # MAP refits only: the smallest training tables first, so that a partial run covers
+        # most datasets
+        todo.sort(key=lambda j: (j[0].dataset == "bible_m3", len(j[0].train)))
     print(f"{len(todo)} units to fit ({len(units) - len(todo)} cached)", file=sys.stderr,
           flush=True)
     if not todo:
@@ -1081,13 +1146,147 @@ def summarise(units, variants, method, command, seconds=None) -> str:
     return text
 
 
+# ==================================================================================================
+# Per dataset, each weighted equally: the default against the peers' intervals
+
+#: The predictives of ``per_dataset.md``, by the name it gives them.
+METHODS = {"default": "after", "fitted-noise": "before", "bootstrap": "bootstrap",
+           "residual bootstrap": "residual-bootstrap", "conformal": "conformal"}
+PER_DATASET_COLUMNS = ["cov50", "cov80", "cov90", "cov95", "msce", "msce_grid", "is50", "is90",
+                       "crps", "width90_median"]
+
+
+def per_dataset_tables(units, method) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """``(scores, units_scored, rows)``: per method and dataset the scores of
+    ``bs.evaluate.calibration_by`` on the units every method scored (each dataset once in the
+    equal-weight mean), how many units each method scored, and those units' held-out rows."""
+    meta, rows = load_cached(units, list(METHODS.values()), method)
+    if rows.empty:
+        raise BayesScalingError("no cached results: run --variants baselines (and the default "
+                                "variants) first")
+    name = {v: k for k, v in METHODS.items()}
+    rows = rows.assign(method=rows["variant"].map(name))
+    meta = meta.assign(method=meta["variant"].map(name))
+    counts = (meta.groupby(["dataset", "method", "status"]).size().unstack("status", fill_value=0)
+              .reset_index())
+    unit = ["dataset", "split", "law"]
+    n = rows.groupby(unit)["method"].nunique()
+    keep = n[n == len(METHODS)].index
+    both = rows.set_index(unit).loc[lambda t: t.index.isin(keep)].reset_index()
+    out = []
+    for m, g in both.groupby("method", sort=False):
+        table, mean = ev.calibration_by(g, by="dataset")
+        table["units"] = table["dataset"].map(g.groupby("dataset")
+                                              .apply(lambda r: r[["split", "law"]]
+                                                     .drop_duplicates().shape[0]))
+        out.append(table.assign(method=m))
+        out.append(pd.DataFrame([{"dataset": "mean (datasets equal)", "method": m,
+                                  "units": table["units"].sum(), **mean}]))
+    return pd.concat(out, ignore_index=True), counts, both
+
+
+def _fmt_scores(t: pd.DataFrame) -> pd.DataFrame:
+    t = t.copy()
+    for c in t:
+        if c.startswith("cov") or c == "width90_median":
+            t[c] = t[c].map(_pct if c.startswith("cov") else (lambda x: f"{100 * x:.1f}%"))
+        elif c in ("msce", "msce_grid"):
+            t[c] = t[c].map(lambda x: f"{x:.4f}")
+        elif c in ("is50", "is90", "crps"):
+            t[c] = t[c].map(lambda x: f"{x:.4g}")
+        elif c in ("rows", "units"):
+            t[c] = t[c].astype(int)
+    return t
+
+
+def fig_calibration_dataset(rows: pd.DataFrame, dataset: str, path: Path) -> None:
+    """Nominal central level against the share of held-out rows inside it, every method."""
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls=":")
+    cmap = plt.get_cmap("tab10")
+    for i, m in enumerate(METHODS):
+        g = rows[(rows["method"] == m) & (rows["dataset"] == dataset)]
+        if len(g):
+            ax.plot(CURVE, calibration(g), color=cmap(i), lw=2.2 if m == "default" else 1.2,
+                    marker="o", ms=3, label=f"{m}")
+    n = int(((rows["dataset"] == dataset) & (rows["method"] == "default")).sum())
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="nominal central coverage",
+           ylabel="empirical coverage (held-out rows)", title=f"{dataset}: {n} rows")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def per_dataset(units, method) -> str:
+    """Write ``per_dataset.md`` and ``calibration_<dataset>.png``: every method of
+    :data:`METHODS` scored per dataset (``bs.evaluate.calibration_by``) on the units they all
+    scored, the equal-weight mean, and which method has the lowest mean 90% interval score."""
+    scores_, counts, rows = per_dataset_tables(units, method)
+    lines = ["# Per dataset, each weighted equally: the default against the peers' intervals", "",
+             ("Generated by `nice -n 15 python analyses/forecast_honesty.py --variants baselines "
+              "--executor local --workers 2` (resumable; `--per-dataset` rewrites this file from "
+              "the cache). `default`: the default predictive (`after` of summary.md); "
+              "`fitted-noise`: the posterior predictive with the discrepancy off (`before`); "
+              f"`bootstrap`: Epoch's bootstrap of the Huber MAP (delta {BASELINE_DELTA:g}, "
+              f"{N_BOOT} resamples of the training runs, each refit from the full-data MAP and 3 "
+              "random starts; each refit's forecast shifted by 20 resampled training log "
+              "residuals, so the interval is of an observation); `residual bootstrap`: the same "
+              "on the MAP prediction times resampled log residuals; `conformal`: split-conformal "
+              "half-widths from leave-future-out log residuals along the split's axis "
+              "(`bs.evaluate.conformal`: up to 4 folds, each fitting the runs at or below a cut "
+              "and forecasting the next block) around the full-data MAP. All on the training "
+              "side only; seed 0. Scores (`bs.evaluate.calibration_by`): coverage of the central "
+              "50/80/90/95% intervals, MSCE over those four levels and over 0.50-0.99 (`msce`, "
+              "`msce_grid`), mean interval score at 50% and 90% (Gneiting & Raftery 2007, Eq. "
+              "43; loss units), mean CRPS, median 90% width / y. Only the units every method "
+              "scored enter; the mean weighs each dataset once."), ""]
+    if "failed" not in counts:
+        counts["failed"] = 0
+    lines += ["## Units scored", "",
+              ev.markdown_table(counts.pivot(index="dataset", columns="method",
+                                             values="ok").fillna(0).astype(int).reset_index()),
+              "", f"Units every method scored: "
+              f"{rows.groupby(['dataset', 'split', 'law']).ngroups}.", ""]
+    lines += ["## Equal-weight mean over datasets", "",
+              ev.markdown_table(_fmt_scores(scores_[scores_["dataset"] == "mean (datasets equal)"]
+                                            [["method", "units"] + PER_DATASET_COLUMNS])), ""]
+    t = scores_[scores_["dataset"] != "mean (datasets equal)"]
+    best = t.loc[t.groupby("dataset")["is90"].idxmin(), ["dataset", "method"]]
+    ratio = t.set_index(["dataset", "method"])["is90"].unstack("method")
+    rel = ratio.div(ratio.min(axis=1), axis=0)
+    lines += ["## Lowest mean 90% interval score per dataset", "",
+              ev.markdown_table(best.rename(columns={"method": "best method"}).merge(
+                  rel.map(lambda x: f"{x:.2f}").reset_index(), on="dataset")), "",
+              "(each method's mean 90% interval score over the best's on that dataset)", ""]
+    default_best = int((best["method"] == "default").sum())
+    worst = float(rel["default"].max()) if "default" in rel else float("nan")
+    lines += [f"Goal (issue 31): the default lowest on at least 7 of the 9 datasets and never "
+              f"worse than the best by more than 10%: lowest on {default_best} of the "
+              f"{len(best)} datasets scored, at worst {worst:.2f} x the best -> "
+              f"{'PASS' if default_best >= 7 and worst <= 1.10 else 'FAIL'}.", ""]
+    lines += ["## Per dataset", ""]
+    for ds, g in t.groupby("dataset", sort=True):
+        lines += [f"### {ds}", "", ev.markdown_table(_fmt_scores(
+            g[["method", "units", "rows"] + PER_DATASET_COLUMNS])), "",
+                  f"![calibration](calibration_{ds.replace('/', '_')}.png)", ""]
+        fig_calibration_dataset(rows, ds, OUT / f"calibration_{ds.replace('/', '_')}.png")
+    text = "\n".join(lines)
+    (OUT / "per_dataset.md").write_text(text)
+    return text
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one split per dataset")
     ap.add_argument("--nuts", action="store_true", help="NUTS posteriors instead of Laplace")
     scaleout.add_arguments(ap, executor="serial", workers=2, what="units")
     ap.add_argument("--variants", default="before,after,expansion",
-                    help="predictives to score (expansion: every scale of EXPANSION_GRID)")
+                    help="predictives to score (expansion: every scale of EXPANSION_GRID; "
+                    "baselines: the peers' intervals, BASELINE_VARIANTS, written to "
+                    "per_dataset.md with the cached before and after)")
+    ap.add_argument("--per-dataset", action="store_true",
+                    help="per_dataset.md and calibration_<dataset>.png from the cache")
     ap.add_argument("--only", nargs="*", help="datasets to run (e.g. epoch bible_m3); "
                     "'simulated': the benchmark on tables from a known law")
     ap.add_argument("--summary", action="store_true", help="tables and figures from the cache")
@@ -1097,7 +1296,8 @@ def main(argv=None) -> int:
     method = "nuts" if a.nuts else "laplace"
     asked = a.variants.split(",")
     variants = [v for v in VARIANTS if v in asked or (v.startswith("expansion-")
-                                                       and "expansion" in asked)]
+                                                       and "expansion" in asked)
+                or (v in BASELINE_VARIANTS and "baselines" in asked)]
     if a.only and "simulated" in a.only:
         print(simulated(a.seeds, scaleout.from_arguments(a)))
         if a.only == ["simulated"]:
@@ -1106,8 +1306,11 @@ def main(argv=None) -> int:
     executor = scaleout.from_arguments(a)
     if a.only:
         units = [u for u in units if u.dataset.split("/")[0] in a.only]
-    if not a.summary:
+    if not a.summary and not a.per_dataset:
         run(units, variants, method, executor)
+    if a.per_dataset or all(v in BASELINE_VARIANTS for v in variants):
+        print(per_dataset(units, method))
+        return 0
     command = (f"nice -n 10 python analyses/forecast_honesty.py --executor {a.executor} "
                f"--workers {a.workers}" + " --quick" * a.quick + " --nuts" * a.nuts
                + (f" --variants {a.variants}" if a.variants != "before,after,expansion"

@@ -26,18 +26,41 @@ Every protocol returns an :class:`Evaluation`: ``.table`` (one row per law, one 
 ``.long()`` gives the tidy law x metric x value form), ``.detail`` (per row or per split) and
 ``.to_markdown()``.
 
+The intervals other tools give (Epoch's bootstrap, a residual bootstrap, split-conformal on
+leave-future-out residuals, the fitted-noise posterior) are baselines in :mod:`.baselines`, scored
+per dataset with each dataset weighted equally by :func:`calibration_by` (coverage, MSCE,
+interval score, CRPS, width).
+
 Modules: ``report`` (Evaluation, Markdown), ``probabilistic`` (metrics of predictive draws),
+``baselines`` (the peers' intervals),
 ``holdout`` (the PTPP hold-out), ``splits`` (the M3 axis splits), ``common`` (shared inputs).
 """
 from .holdout import ORACLE, PAPER_ANCHORS, POINT_METRICS, PROB_METRICS, TRANSFER, ptpp_holdout
-from .probabilistic import (central_interval, coverage, crps, crps_gaussian, crps_samples,
-                            interval_width, log_predictive_density, lpd_kde, posterior_loglik,
-                            posterior_predictions, probabilistic_scores)
+from .baselines import TAUS, bootstrap, conformal, fitted_noise, residual_bootstrap
+from .probabilistic import (MSCE_GRID, SCORE_LEVELS, calibration_by, central_interval, coverage,
+                            crps, crps_gaussian, crps_quantiles, crps_samples, draw_rows,
+                            interval_score, interval_width, log_predictive_density, lpd_kde, msce,
+                            pit_quantiles, posterior_loglik, posterior_predictions,
+                            probabilistic_scores, quantile_rows)
 from .report import Evaluation, markdown_table
 from .splits import (C0, DERIVED, DT0, M0, M3_SPLITS, M3_SPLITS_2STAGE, PRESETS, Split,
                      aggregate_splits, axis_splits, split_masks)
 
 __all__ = [
+    "MSCE_GRID",
+    "SCORE_LEVELS",
+    "TAUS",
+    "bootstrap",
+    "calibration_by",
+    "conformal",
+    "crps_quantiles",
+    "draw_rows",
+    "fitted_noise",
+    "interval_score",
+    "msce",
+    "pit_quantiles",
+    "quantile_rows",
+    "residual_bootstrap",
     "C0",
     "DERIVED",
     "DT0",
