@@ -71,7 +71,11 @@ class Task:
         if len(b) == 0 or np.any(b <= 0) or np.any(b > 1) or np.any(np.diff(b) <= 0):
             raise DataError(f"task {self.name}: budgets must be increasing fractions in (0, 1], "
                             f"got {self.budgets}")
-        for side, df in (("train", self.train), ("test", self.test)):
+        for side, df, what in (("train", self.train, "candidate runs to buy"),
+                               ("test", self.test, "target rows to forecast")):
+            if len(df) == 0:
+                raise DataError(f"task {self.name}: {side} has no rows; give at least one row of "
+                                f"{what}")
             needed = list(self.law.columns) + [self.target] + ([self.group] if self.group else [])
             missing = [c for c in needed if c not in df.columns]
             if missing:
