@@ -1,0 +1,109 @@
+"""bs.design.recommend: the next runs to buy from a user's pool, on pools simulated from a known law."""
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayes_scaling as bs
+from bayes_scaling.errors import BayesScalingError, DataError, OptionError
+from conftest import offset_power_law
+
+LAW = offset_power_law("rec_power")
+TRUE = {"E": 1.8, "A": 400.0, "alpha": 0.34}
+TARGETS = pd.DataFrame({"N": [3e9, 6e9]})
+
+
+def pool_1d(seed=0):
+    """Done: 8 small runs (N 1e6..1e7); candidates: 10 runs from 2e7 to 2e9, cost = N."""
+    rng = np.random.default_rng(seed)
+    done = pd.DataFrame({"N": np.geomspace(1e6, 1e7, 8)})
+    done["loss"] = np.asarray(LAW(TRUE, done)) * np.exp(0.003 * rng.standard_normal(len(done)))
+    cand = pd.DataFrame({"N": np.geomspace(2e7, 2e9, 10), "loss": np.nan})
+    return pd.concat([done, cand], ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def rec():
+    return bs.design.recommend(pool_1d(), law=LAW, cost="N", targets=TARGETS, budget="40%")
+
+
+def test_the_recommendation_is_ordered_within_budget_and_lowers_the_expected_error(rec):
+    pool = pool_1d()
+    budget = 0.4 * pool["N"][pool["loss"].isna()].sum()
+    assert len(rec) >= 1 and rec.attrs["budget"] == pytest.approx(budget)
+    assert list(rec["step"]) == list(range(1, len(rec) + 1))
+    assert rec["cum_cost"].iloc[-1] <= budget * (1 + 1e-12)
+    assert np.allclose(rec["cum_cost"], np.cumsum(rec["cost"]))
+    assert rec["row"].is_unique and pool.loc[rec["row"], "loss"].isna().all()  # candidates only
+    assert np.all(rec["expected_reduction"] > 0)
+    assert np.allclose(rec["expected_error_after"],
+                       rec.attrs["initial_error"] - np.cumsum(rec["expected_reduction"]))
+    assert np.allclose(rec["reduction_per_cost"], rec["expected_reduction"] / rec["cost"])
+    assert np.allclose(rec["expected_rmse_after"], np.sqrt(rec["expected_error_after"] / 2))
+
+
+def test_a_run_near_the_targets_ranks_above_a_far_one_of_equal_cost():
+    """Two candidates at the same cost, one at the targets' scale and one below the runs done:
+    with a budget for one run, the one that informs the targets is bought; with a budget for
+    both, it comes first."""
+    pool = pool_1d()
+    pool = pd.concat([pool[pool["loss"].notna()],
+                      pd.DataFrame({"N": [2e5, 2e9], "loss": np.nan})], ignore_index=True)
+    pool["c"] = 1.0
+    near = pool.index[-1]
+    one = bs.design.recommend(pool, law=LAW, cost="c", targets=TARGETS, budget=1.0)
+    assert list(one["row"]) == [near]
+    two = bs.design.recommend(pool, law=LAW, cost="c", targets=TARGETS, budget=2.0)
+    assert two["row"].iloc[0] == near
+
+
+def test_a_done_marker_column_and_a_target_query_select_the_rows():
+    pool = pool_1d()
+    pool["done"] = np.where(pool["loss"].notna(), "yes", "")
+    pool.loc[pool["loss"].isna(), "loss"] = 9.9  # a loss written in a candidate row is ignored
+    rec = bs.design.recommend(pool, law=LAW, cost="N", targets="N >= 1e9", budget=5e8,
+                              done="done")
+    assert rec.attrs["n_done"] == 8 and rec.attrs["n_targets"] == 2
+    assert rec["cum_cost"].iloc[-1] <= 5e8
+    assert not pool.loc[rec["row"], "done"].eq("yes").any()
+
+
+def test_cost_formula_is_arithmetic_of_columns_and_nothing_else():
+    df = pd.DataFrame({"N": [1e6, 2e6], "D": [1e8, 3e8]})
+    assert np.allclose(bs.design.cost_formula("6*N*D", df), 6 * df["N"] * df["D"])
+    assert np.allclose(bs.design.cost_formula("2 * N ** 0.5 + log(D)", df),
+                       2 * df["N"] ** 0.5 + np.log(df["D"]))
+    for bad in ("__import__('os').system('true')", "N.__class__", "df['N']", "open('x')"):
+        with pytest.raises(OptionError, match="not allowed"):
+            bs.design.cost_formula(bad, df)
+
+
+@pytest.mark.parametrize("change, kwargs, match", [
+    (lambda p: p.drop(columns="loss"), {}, "no loss column 'loss'"),
+    (lambda p: p.assign(loss=np.nan), {}, "no run of the pool is done"),
+    (None, {"cost": "6*N*D"}, "names column 'D'"),
+    (lambda p: p.assign(c=np.where(p.index == 12, -1.0, 1.0)), {"cost": "c"}, r"rows \[12\]"),
+    (None, {"budget": 1e6}, "cheapest candidate .* costs 2e\\+07"),
+    (None, {"budget": "150%"}, "share must be in"),
+    (None, {"targets": "N > 1e12"}, "selects no row"),
+    (lambda p: p.assign(loss=p["loss"].astype(object).where(p.index != 3, "n/a")), {},
+     r"non-numbers at rows \[3\]"),
+])
+def test_bad_input_is_one_clear_error_naming_the_fix(change, kwargs, match):
+    pool = pool_1d() if change is None else change(pool_1d())
+    args = {"law": LAW, "cost": "N", "targets": TARGETS, "budget": "40%", **kwargs}
+    with pytest.raises(BayesScalingError, match=match):
+        bs.design.recommend(pool, **args)
+
+
+def test_the_figure_marks_candidates_recommended_runs_and_targets(rec, tmp_path):
+    path = tmp_path / "rec.png"
+    fig = bs.design.recommend_figure(pool_1d(), rec, law=LAW, cost="N", targets=TARGETS, path=path)
+    assert path.stat().st_size > 0
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert labels == ["done (8)", "candidates (10)", f"recommended ({len(rec)})", "targets (2)"]
+
+
+def test_a_pool_with_no_candidate_is_a_clear_error():
+    pool = pool_1d().dropna()
+    with pytest.raises(DataError, match="every row of the pool is done"):
+        bs.design.recommend(pool, law=LAW, cost="N", targets=TARGETS, budget=1.0)
