@@ -31,8 +31,9 @@ Per case and role (one JSON line each in ``benchmarks/out/posteriors/results.jso
   with the same summaries, whether it converged (and why not), its wall time and, on simulated
   tables, which true values its 90% intervals cover.
 
-Each (case, role) runs in a subprocess with a wall-clock cap (a reference over the cap is marked
-``timeout``, not retried). The summary compares each default run with the reference:
+Each (case, role) runs in a subprocess with a wall-clock cap, a reference also with a cap of
+``--ref-cpu`` CPU seconds (300: about five minutes of one core, whatever the machine's load); a
+run over its cap is marked ``timeout``, not retried. The summary compares each default run with the reference:
 ``|mean_default - mean_ref| / sqrt(mcse_default^2 + mcse_ref^2)`` per parameter (within 3 is
 agreement), and writes ``summary.md``.
 
@@ -551,11 +552,12 @@ def run_role(case: Case, role: str, seeds, path: Path = RESULTS) -> None:
     built = case.build()
     base = dict(case=case.name, role=role, family=case.family, kind=case.kind, law=law.name,
                 n_rows=len(built.table), fixed=built.fixed, note=built.note, truth=built.truth,
-                commit=git_commit(), host=platform.node())
+                commit=git_commit(), host=platform.node(),
+                command=os.environ.get("POSTERIOR_SUITE_COMMAND", ""))
     for seed in seeds:
         kw = dict(REFERENCE) if role == "reference" else {}
         rec = dict(base, seed=seed, settings=kw, load=load_average())
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             post = bs.fit_posterior(law, built.table, seed=seed, fixed=built.fixed or None,
                                     progress_bar=False, allow_unconverged=True, **kw)
@@ -566,7 +568,7 @@ def run_role(case: Case, role: str, seeds, path: Path = RESULTS) -> None:
             continue
         seconds = time.perf_counter() - t0
         diag = post.diagnostics
-        rec.update(seconds=seconds, converged=post.ok, failed=list(diag.get("failed", [])),
+        rec.update(seconds=seconds, cpu_seconds=time.process_time() - c0, converged=post.ok, failed=list(diag.get("failed", [])),
                    notes=list(diag.get("notes", [])), modes=int(diag.get("modes_found", 1)),
                    divergences=diag.get("divergences"), max_rhat=diag.get("max_rhat"))
         rec.update(posterior_summary(post, law, built.table))
@@ -579,18 +581,30 @@ def run_role(case: Case, role: str, seeds, path: Path = RESULTS) -> None:
         append(rec, path)
 
 
-def run_subprocess(case: Case, role: str, seeds, timeout: float, path: Path = RESULTS) -> str:
-    """Run :func:`run_role` in a fresh process with a wall-clock cap; on timeout or a crash, a
-    line saying so for each seed that wrote none."""
+COMMAND = [""]  # the driver's command line, recorded with each run
+
+
+def run_subprocess(case: Case, role: str, seeds, timeout: float, path: Path = RESULTS,
+                   cpu_cap: float | None = None) -> str:
+    """Run :func:`run_role` in a fresh process with a wall-clock cap ``timeout`` and, when given,
+    a cap on its CPU seconds (all threads; the kernel stops it past ``cpu_cap``: a cap on the
+    work, whatever the machine's load); on a cap or a crash, a line saying so for each seed that
+    wrote none."""
+    import signal
+
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", case.name, role,
            *map(str, seeds), "--results", str(path)]
+    if cpu_cap:
+        cmd += ["--cpu-cap", str(int(math.ceil(cpu_cap)))]
     t0 = time.perf_counter()
     n_before = len(read_results(path))
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True,
+                            env={**os.environ, "POSTERIOR_SUITE_COMMAND": COMMAND[0]})
     try:
         out, _ = proc.communicate(timeout=timeout)
-        how = "exit %d" % proc.returncode
+        how = ("cpu cap" if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and cpu_cap
+               else "exit %d" % proc.returncode)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
         out, _ = proc.communicate()
@@ -599,12 +613,14 @@ def run_subprocess(case: Case, role: str, seeds, timeout: float, path: Path = RE
                and r["role"] == role}
     for s in seeds:
         if s not in written:
-            status = "timeout" if how == "timeout" else "error"
+            status = "timeout" if how in ("timeout", "cpu cap") else "error"
+            why = {"timeout": f"over the {timeout:.0f} s wall-clock cap",
+                   "cpu cap": f"over the {cpu_cap:.0f} CPU-second cap"}.get(
+                how, f"worker {how}: {(out or '')[-1500:]}")
             append(dict(case=case.name, role=role, seed=s, family=case.family, kind=case.kind,
                         law=case.law_name, status=status, commit=git_commit(),
-                        seconds=time.perf_counter() - t0, load=load_average(),
-                        error=(f"over the {timeout:.0f} s cap" if how == "timeout" else
-                               f"worker {how}: {(out or '')[-1500:]}")), path)
+                        seconds=time.perf_counter() - t0, load=load_average(), error=why,
+                        command=COMMAND[0]), path)
     return how
 
 
@@ -624,6 +640,8 @@ def compare(records) -> pd.DataFrame:
         row = dict(case=case, family=r.get("family"), kind=r.get("kind"), seed=seed,
                    status=r["status"], converged=r["status"] == "converged",
                    seconds=float(r["seconds"]) if r.get("seconds") is not None else np.nan,
+                   cpu_seconds=float(r["cpu_seconds"]) if r.get("cpu_seconds") is not None
+                   else np.nan,
                    commit=r.get("commit"),
                    failed="; ".join(r.get("failed", []) or ([r["error"]] if r.get("error") else [])),
                    ref_status=None if ref is None else ref["status"])
@@ -654,8 +672,16 @@ def totals(cmp: pd.DataFrame) -> dict:
         runs=len(cmp), fitted=len(runs), converged=int(cmp["converged"].sum()) if len(cmp) else 0,
         params=s("n_params"), within=s("n_within"), values=s("n_values"),
         values_within=s("n_values_within"), truth=s("n_truth"), covered=s("n_covered"),
-        median_seconds=float(np.nanmedian(runs["seconds"].astype(float)))
-        if len(runs) and runs["seconds"].notna().any() else float("nan"))
+        median_seconds=_median(runs["seconds"]) if len(runs) else float("nan"),
+        median_seconds_warm=_median(runs.loc[runs["seed"] != SEEDS[0], "seconds"])
+        if len(runs) else float("nan"),
+        median_cpu_seconds=_median(runs["cpu_seconds"]) if len(runs) and "cpu_seconds" in runs
+        else float("nan"))
+
+
+def _median(x) -> float:
+    x = pd.to_numeric(pd.Series(x), errors="coerce").dropna()
+    return float(x.median()) if len(x) else float("nan")
 
 
 def write_summary(records, command: str, all_cases, path: Path = SUMMARY) -> str:
@@ -668,9 +694,13 @@ def write_summary(records, command: str, all_cases, path: Path = SUMMARY) -> str
     t = totals(cmp) if len(cmp) else None
     commits = sorted(set(cmp["commit"].dropna())) if len(cmp) else []
     loads = sorted({r.get("load", "?") for r in last.values() if r["role"] == "default"})
+    commands = sorted({r.get("command") for r in last.values() if r.get("command")}) or [command]
     lines = ["# Posterior suite", "",
-             f"Command: `{command}` (seeds {', '.join(map(str, SEEDS))} for the default engine; "
-             f"reference seed {REFERENCE_SEED} with {REFERENCE}).",
+             "Commands of the runs summarised (in a repository checkout; the summary: "
+             "`.venv/bin/python benchmarks/posteriors.py --summary-only`):", "",
+             *[f"    {c}" for c in commands], "",
+             f"Seeds {', '.join(map(str, SEEDS))} for the default engine; the reference: seed "
+             f"{REFERENCE_SEED}, {REFERENCE}.",
              f"Default engine measured at commit(s) {', '.join(commits) or '-'}; machine "
              f"{platform.node() or '?'}, {os.cpu_count()} cores; load averages (1, 5, 15 min) "
              f"at the default runs: {_load_range(loads)}.", "",
@@ -689,7 +719,11 @@ def write_summary(records, command: str, all_cases, path: Path = SUMMARY) -> str
                   f"| simulated: true values in the default 90% intervals | {cov} | "
                   f"{GOALS['coverage'][0]:g}-{GOALS['coverage'][1]:g}% |",
                   f"| median seconds per (case, seed) | {t['median_seconds']:.1f} | "
-                  f"<= {GOALS['seconds']:g} s |", ""]
+                  f"<= {GOALS['seconds']:g} s |",
+                  f"| ... of seeds 1, 2 (compiled programs reused in the process) | "
+                  f"{t['median_seconds_warm']:.1f} | - |",
+                  f"| median CPU seconds per (case, seed) (all threads) | "
+                  f"{t['median_cpu_seconds']:.1f} | - |", ""]
         lines += ["## Per family", "", "| family | runs | converged | within 3 MCSE | "
                   "coverage | median s |", "|---|---|---|---|---|---|"]
         for fam, g in cmp.groupby("family"):
@@ -729,8 +763,11 @@ def write_summary(records, command: str, all_cases, path: Path = SUMMARY) -> str
             lines.append(f"- `{c}`: {r['status']}: {why}")
     if skipped:
         lines += ["", "## Skipped cases", ""]
+        by_reason = {}
         for c in skipped:
-            lines.append(f"- `{c.name}`: {c.skip}")
+            by_reason.setdefault(c.skip, []).append(c.name)
+        for why, names_ in by_reason.items():
+            lines.append(f"- {', '.join(f'`{n}`' for n in names_)}: {why}")
     text = "\n".join(lines) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -765,19 +802,28 @@ def main(argv=None):
                     choices=["reference", "default"])
     ap.add_argument("--redo-default", action="store_true",
                     help="rerun the default engine on cases with a reference (once per commit)")
-    ap.add_argument("--ref-timeout", type=float, default=420.0,
+    ap.add_argument("--ref-cpu", type=float, default=300.0,
+                    help="cap of one reference run in CPU seconds (all threads)")
+    ap.add_argument("--ref-timeout", type=float, default=2400.0,
                     help="wall-clock cap of one reference run, seconds")
     ap.add_argument("--default-timeout", type=float, default=900.0,
                     help="wall-clock cap of the three default runs of a case, seconds")
     ap.add_argument("--summary-only", action="store_true")
+    ap.add_argument("--write", action="store_true",
+                    help="also put the totals in BENCHMARKS.md's 'Posterior suite' section")
     ap.add_argument("--results", default=str(RESULTS))
     ap.add_argument("--summary", default=str(SUMMARY))
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--cpu-cap", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     path = Path(args.results)
     all_cases = cases()
     by_name = {c.name: c for c in all_cases}
     if args.worker:
+        if args.cpu_cap:  # the process's CPU seconds so far count against it
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_CPU, (args.cpu_cap, args.cpu_cap + 5))
         name, role, *seeds = args.worker
         run_role(by_name[name], role, [int(s) for s in seeds], path)
         return
@@ -787,7 +833,9 @@ def main(argv=None):
             print(f"{c.name}\t{c.law_name}\t{c.kind}" + (f"\tSKIP: {c.skip}" if c.skip else ""))
         return
     command = "nice -n 15 .venv/bin/python benchmarks/posteriors.py " + " ".join(
-        a for a in (argv if argv is not None else sys.argv[1:]))
+        repr(a) if re.search(r"[^\w./=-]", a) else a
+        for a in (argv if argv is not None else sys.argv[1:]))
+    COMMAND[0] = command
     if not args.summary_only:
         roles = ["default"] if args.redo_default else args.roles
         redo = git_commit() if args.redo_default else None
@@ -804,11 +852,24 @@ def main(argv=None):
                     continue
                 cap = args.ref_timeout if role == "reference" else args.default_timeout
                 t0 = time.time()
-                how = run_subprocess(c, role, seeds, cap, path)
+                how = run_subprocess(c, role, seeds, cap, path,
+                                     cpu_cap=args.ref_cpu if role == "reference" else None)
                 print(f"{time.strftime('%H:%M:%S')} {c.name} {role} {seeds}: {how} "
                       f"({time.time() - t0:.0f} s)", flush=True)
                 write_summary(read_results(path), command, all_cases, Path(args.summary))
-    print(write_summary(read_results(path), command, all_cases, Path(args.summary)))
+    text = write_summary(read_results(path), command, all_cases, Path(args.summary))
+    print(text)
+    if args.write:
+        from _report import replace_section
+
+        totals_md = text.split("## Totals", 1)[-1].split("## Per family", 1)[0].strip()
+        head = text.split("## Totals", 1)[0].split("\n", 2)[-1].strip()
+        replace_section("Posterior suite", "\n".join([
+            "## Posterior suite", "",
+            "A reference posterior (8 chains, twice the default warm-up and draws) and the default "
+            "engine (`bs.fit_posterior(law, table, seed=s)`, s = 0, 1, 2) on every (law, table) "
+            "case; per-case tables in `benchmarks/out/posteriors/summary.md`, every run in "
+            "`results.jsonl` beside it.", "", head, "", totals_md]))
 
 
 if __name__ == "__main__":

@@ -146,7 +146,8 @@ def test_resume_skips_finished_lines(suite, cases, tmp_path):
     calls = []
     suite_run = suite.run_subprocess
     try:
-        suite.run_subprocess = lambda c, role, seeds, cap, p: calls.append((c.name, role, seeds))
+        suite.run_subprocess = lambda c, role, seeds, cap, p, cpu_cap=None: calls.append(
+            (c.name, role, seeds))
         suite.main(["--only", "^sim/chinchilla/r0$", "--results", str(path),
                     "--summary", str(tmp_path / "summary.md")])
     finally:
@@ -177,3 +178,15 @@ def test_the_summary_compares_with_the_latest_lines(suite):
     assert t["median_seconds"] == 6.0
     x0 = cmp[(cmp["case"] == "x") & (cmp["seed"] == 0)].iloc[0]
     assert x0["max_z"] == pytest.approx(0.02 / np.hypot(0.01, 0.01))
+
+
+def test_a_run_over_its_cpu_cap_is_recorded_as_a_timeout(suite, cases, tmp_path):
+    """The worker is stopped by the kernel past its CPU seconds (here 1: it cannot even import
+    the package) and the driver writes the line the worker could not."""
+    path = tmp_path / "results.jsonl"
+    case = next(c for c in cases if c.name == "sim/chinchilla/r0")
+    how = suite.run_subprocess(case, "reference", [suite.REFERENCE_SEED], 600, path, cpu_cap=1)
+    assert how == "cpu cap"
+    (rec,) = suite.read_results(path)
+    assert rec["status"] == "timeout" and "1 CPU-second cap" in rec["error"]
+    assert suite.pending(case, "reference", [rec]) == []  # not retried
