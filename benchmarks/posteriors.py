@@ -43,8 +43,8 @@ Usage:
     .venv/bin/python benchmarks/posteriors.py --list
 
 ``--redo-default`` reruns the default engine (seeds 0, 1, 2) on every selected case with a
-finished reference, once per commit: a default line already measured at the current commit is
-kept. The summary reads the latest line of each (case, role, seed).
+finished reference, once per engine version (the last commit that changed ``bayes_scaling/``,
+``+dirty`` with uncommitted changes there): a default line already measured on it is kept. The summary reads the latest line of each (case, role, seed).
 """
 from __future__ import annotations
 
@@ -477,14 +477,26 @@ def mcse_distance(a: dict, b: dict) -> float:
 # Running one (case, role)
 
 
+def _git(*args) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, text=True, capture_output=True,
+                          check=True).stdout.strip()
+
+
 def git_commit() -> str:
-    """The short HEAD commit, with ``+dirty`` when ``bayes_scaling/`` has uncommitted changes
-    (the engine measured is then HEAD plus them)."""
+    """The short HEAD commit."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                              capture_output=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "bayes_scaling"], cwd=ROOT,
-                               text=True, capture_output=True, check=True).stdout.strip()
+        return _git("rev-parse", "--short", "HEAD")
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def engine_version() -> str:
+    """The engine measured: the last commit that changed ``bayes_scaling/``, with ``+dirty`` when
+    it has uncommitted changes (the engine is then that commit plus them). ``--redo-default``
+    reruns what was not measured on this version."""
+    try:
+        head = _git("log", "-1", "--format=%h", "--", "bayes_scaling")
+        dirty = _git("status", "--porcelain", "--", "bayes_scaling")
         return head + ("+dirty" if dirty else "")
     except Exception:  # noqa: BLE001
         return "unknown"
@@ -534,13 +546,14 @@ def latest(records) -> dict:
     return out
 
 
-def pending(case: Case, role: str, records, *, redo_commit=None) -> list[int]:
+def pending(case: Case, role: str, records, *, redo_engine=None) -> list[int]:
     """The seeds of ``role`` still to run for ``case``: none when the case is skipped; for
-    ``redo_commit`` (the default role rerun), the seeds without a line measured at that commit."""
+    ``redo_engine`` (the default role rerun), the seeds without a line measured on that engine
+    version (:func:`engine_version`)."""
     seeds = [REFERENCE_SEED] if role == "reference" else list(SEEDS)
     done = [r for r in records if r["case"] == case.name and r["role"] == role]
-    if role == "default" and redo_commit is not None:
-        done = [r for r in done if r.get("commit") == redo_commit]
+    if role == "default" and redo_engine is not None:
+        done = [r for r in done if r.get("engine", r.get("commit")) == redo_engine]
     have = {r["seed"] for r in done}
     return [s for s in seeds if s not in have]
 
@@ -552,7 +565,7 @@ def run_role(case: Case, role: str, seeds, path: Path = RESULTS) -> None:
     built = case.build()
     base = dict(case=case.name, role=role, family=case.family, kind=case.kind, law=law.name,
                 n_rows=len(built.table), fixed=built.fixed, note=built.note, truth=built.truth,
-                commit=git_commit(), host=platform.node(),
+                commit=git_commit(), engine=engine_version(), host=platform.node(),
                 command=os.environ.get("POSTERIOR_SUITE_COMMAND", ""))
     for seed in seeds:
         kw = dict(REFERENCE) if role == "reference" else {}
@@ -619,6 +632,7 @@ def run_subprocess(case: Case, role: str, seeds, timeout: float, path: Path = RE
                 how, f"worker {how}: {(out or '')[-1500:]}")
             append(dict(case=case.name, role=role, seed=s, family=case.family, kind=case.kind,
                         law=case.law_name, status=status, commit=git_commit(),
+                        engine=engine_version(),
                         seconds=time.perf_counter() - t0, load=load_average(), error=why,
                         command=COMMAND[0]), path)
     return how
@@ -642,7 +656,7 @@ def compare(records) -> pd.DataFrame:
                    seconds=float(r["seconds"]) if r.get("seconds") is not None else np.nan,
                    cpu_seconds=float(r["cpu_seconds"]) if r.get("cpu_seconds") is not None
                    else np.nan,
-                   commit=r.get("commit"),
+                   commit=r.get("commit"), engine=r.get("engine", r.get("commit")),
                    failed="; ".join(r.get("failed", []) or ([r["error"]] if r.get("error") else [])),
                    ref_status=None if ref is None else ref["status"])
         if ref is not None and ref["status"] == "ok" and "params" in r:
@@ -693,6 +707,7 @@ def write_summary(records, command: str, all_cases, path: Path = SUMMARY) -> str
     ran = sorted(set(cmp["case"]) | set(refs)) if len(cmp) else sorted(refs)
     t = totals(cmp) if len(cmp) else None
     commits = sorted(set(cmp["commit"].dropna())) if len(cmp) else []
+    engines = sorted(set(cmp["engine"].dropna())) if len(cmp) else []
     loads = sorted({r.get("load", "?") for r in last.values() if r["role"] == "default"})
     commands = sorted({r.get("command") for r in last.values() if r.get("command")}) or [command]
     lines = ["# Posterior suite", "",
@@ -701,7 +716,8 @@ def write_summary(records, command: str, all_cases, path: Path = SUMMARY) -> str
              *[f"    {c}" for c in commands], "",
              f"Seeds {', '.join(map(str, SEEDS))} for the default engine; the reference: seed "
              f"{REFERENCE_SEED}, {REFERENCE}.",
-             f"Default engine measured at commit(s) {', '.join(commits) or '-'}; machine "
+             f"Default engine measured at HEAD {', '.join(commits) or '-'} (engine: last change "
+             f"to bayes_scaling/ at {', '.join(engines) or '-'}); machine "
              f"{platform.node() or '?'}, {os.cpu_count()} cores; load averages (1, 5, 15 min) "
              f"at the default runs: {_load_range(loads)}.", "",
              f"Cases: {len(ran)} of {len(names)} ran ({len(skipped)} listed as skipped with a "
@@ -838,7 +854,7 @@ def main(argv=None):
     COMMAND[0] = command
     if not args.summary_only:
         roles = ["default"] if args.redo_default else args.roles
-        redo = git_commit() if args.redo_default else None
+        redo = engine_version() if args.redo_default else None
         for c in chosen:
             if c.skip:
                 continue
@@ -847,7 +863,7 @@ def main(argv=None):
                 if role == "default" and args.redo_default and not any(
                         r["case"] == c.name and r["role"] == "reference" for r in records):
                     continue
-                seeds = pending(c, role, records, redo_commit=redo)
+                seeds = pending(c, role, records, redo_engine=redo)
                 if not seeds:
                     continue
                 cap = args.ref_timeout if role == "reference" else args.default_timeout

@@ -129,17 +129,17 @@ def _line(case, role, seed, **kw):
 def test_resume_skips_finished_lines(suite, cases, tmp_path):
     path = tmp_path / "results.jsonl"
     case = next(c for c in cases if c.name == "sim/chinchilla/r0")
-    recs = [_line(case.name, "reference", suite.REFERENCE_SEED, status="ok", commit="a"),
-            _line(case.name, "default", 0, commit="a"),
-            _line(case.name, "default", 2, status="timeout", commit="a")]
+    recs = [_line(case.name, "reference", suite.REFERENCE_SEED, status="ok", engine="a"),
+            _line(case.name, "default", 0, engine="a"),
+            _line(case.name, "default", 2, status="timeout", engine="a")]
     path.write_text("".join(json.dumps(r) + "\n" for r in recs) + '{"case": "cut off')
     records = suite.read_results(path)
     assert len(records) == 3  # the cut line is ignored: its job runs again
     assert suite.pending(case, "reference", records) == []
     assert suite.pending(case, "default", records) == [1]
     # rerunning the default engine: every seed not measured at this commit
-    assert suite.pending(case, "default", records, redo_commit="b") == [0, 1, 2]
-    assert suite.pending(case, "default", records, redo_commit="a") == [1]
+    assert suite.pending(case, "default", records, redo_engine="b") == [0, 1, 2]
+    assert suite.pending(case, "default", records, redo_engine="a") == [1]
     skipped = next(c for c in cases if c.skip)
     assert suite.pending(skipped, "default", []) == [0, 1, 2]  # the driver never runs it
 
