@@ -19,8 +19,9 @@ from .likelihood import STUDENT_DF
 from .model import log_joint_batch, pointwise_batch, recoord_batch, theta_s_batch
 from .modes import (Basins, basin_log_masses, find_modes, map_stage, refine_mode,
                     sample_laplace)
-from .nuts import (RHAT_MAX, chain_groups, combine_diagnostics, mixture_draws, nuts_diagnostics,
-                   run_modes, run_nuts, warn_diagnostics)
+from .nuts import (LADDER_RETRIES, RHAT_MAX, chain_groups, combine_diagnostics,
+                   draws_whitening, mixture_draws, next_attempt,
+                   nuts_diagnostics, run_modes, run_nuts, warn_diagnostics)
 from .posterior import Posterior
 from .priors import AtReference, log_scale, prior_loc_scale
 from .spec import data_pytree, make_spec
@@ -52,6 +53,7 @@ def fit_posterior(
     progress_bar: bool = True,
     max_iter: int = 1000,
     allow_unconverged: bool = False,
+    retries: int = LADDER_RETRIES,
 ) -> Posterior:
     """Posterior of ``law``'s parameters given the loss table ``df``.
 
@@ -95,6 +97,19 @@ def fit_posterior(
         allow_unconverged: accept a posterior that fails its convergence checks for later use
             (stored as ``post.settings["allow_unconverged"]``; a failed posterior is otherwise
             refused where it is used).
+        retries: how many times a mode's NUTS run that fails its checks is run again before
+            the posterior is marked failed (default 3; 0: never). Each retry is chosen from what
+            failed, worst first: divergences or a low BFMI -> a smaller step (``target_accept``
+            ``t`` -> ``1 - (1 - t) / 4``) after twice the warm-up; R-hat or chains split into
+            groups -> a restart from the pooled draws after twice the warm-up; bulk/tail ESS alone
+            -> more draws (the power of two that the measured ESS per draw says brings the
+            worst ESS 25% past its threshold). Every retry starts its chains at draws of the
+            previous attempt (divergent ones left out) and whitens the space by those draws'
+            covariance rather than the Laplace covariance at the mode (which misfits ridges and
+            curved posteriors). The warm-up grows to at most 4x the first attempt's and the
+            attempts of one mode together cost at most 8x the first attempt's sampler iterations
+            (``nuts.LADDER_MAX_WARMUP``, ``nuts.LADDER_COST_CAP``). A retry replaces the previous
+            draws; its settings are in ``post.diagnostics["attempts"]``.
 
     Returns:
         :class:`Posterior`. With NUTS from the modes (``init="map"``), a posterior with several
@@ -104,16 +119,20 @@ def fit_posterior(
         ``MIN_MODE_WEIGHT`` a mode is dropped), and the stored chains hold every mode's draws in
         proportion to its weight. When a coordinate block splits the space into sides (e.g. the
         sign of the PTPP gate's exponent) and the modes lie on several, each mode is sampled in
-        its side's coordinates (``post.settings["sides"]``). A mode whose chains diverged is
-        sampled again once with a smaller step (:func:`_resample_divergent`).
-        ``post.diagnostics["notes"]`` records every drop and resampling. ``post.modes`` lists the
+        its side's coordinates (``post.settings["sides"]``). A mode whose run fails its checks is
+        run again (``retries``, :func:`_escalate`). ``post.diagnostics["attempts"]`` holds one
+        record per run of each mode (what was tried and why, its settings and the diagnostics
+        after it); ``post.diagnostics["notes"]`` records every retry and drop. ``post.modes`` lists the
         modes with ``weight`` and their own R-hat, ESS and divergences;
         ``post.diagnostics`` holds the worst of them (and ``modes``, one summary per mode).
-        A failed diagnostic raises a :class:`ConvergenceWarning` saying which parameter, what it
-        means and what to try; several modes raise a :class:`MultimodalWarning`.
+        A failed diagnostic (after the retries) raises a :class:`ConvergenceWarning` naming the
+        failing parameters, what failed, the attempts made and what to try; several modes raise a :class:`MultimodalWarning`.
     """
     check_fit_options(law, n_starts=n_starts, fixed=fixed, num_chains=num_chains,
                       num_warmup=num_warmup, num_samples=num_samples)
+    if isinstance(retries, bool) or not isinstance(retries, (int, np.integer)) or retries < 0:
+        raise BayesScalingError(f"retries must be an integer >= 0 (0: no retry of a run that "
+                                f"fails its checks), got {retries!r}")
     t0 = time.perf_counter()
     if method not in ("nuts", "laplace"):
         raise BayesScalingError(f"method must be 'nuts' or 'laplace', got {method!r}")
@@ -161,37 +180,47 @@ def fit_posterior(
             failed.append(f"{len(modes)} separated modes: a single Gaussian covers only the first")
             advice.append("use method='nuts' and inspect post.modes")
         diag.update(failed=failed, advice=advice, ok=not failed)
-    elif init == "map":
+    else:
         nuts_kw = dict(num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples,
                        chain_method=chain_method, dense_mass=dense_mass,
                        target_accept=target_accept, max_tree_depth=max_tree_depth,
                        progress_bar=progress_bar)
-        models, sampled, sides, side_of = _sides(spec, data, vdf, modes, kw)
-        runs = run_modes(models, sampled, whiten=whiten, rng=rng, seed=seed, **nuts_kw)
-        runs, notes = _resample_divergent(models, sampled, runs, whiten, rng, seed, nuts_kw)
-        runs = [(_recoord(m, spec, data, s), extra) for m, (s, extra) in zip(models, runs)]
         n_found = len(modes)
-        keep, weights, mode_diags, dropped = _mixture(spec, data, vdf, runs, modes, rng,
-                                                      num_chains, max_tree_depth, sides, side_of)
-        modes, notes = [modes[k] for k in keep], notes + dropped
+        if init == "map":
+            models, sampled, sides, side_of = _sides(spec, data, vdf, modes, kw)
+            first = []
+            for k, (model, m) in enumerate(zip(models, sampled)):
+                t1 = time.perf_counter()
+                first.append((run_modes([model], [m], whiten=whiten, rng=rng, seed=seed + k,
+                                        **nuts_kw)[0], time.perf_counter() - t1))
+            start = "the mode, jittered"
+        else:
+            models = [(spec, data)]
+            center, chol = (top.s, top.chol) if whiten else (np.zeros(d), np.eye(d))
+            z0 = rng.uniform(-2.0, 2.0, (num_chains, d))
+            t1 = time.perf_counter()
+            first = [(run_nuts(spec, data, center, chol, z0, seed=seed, **nuts_kw),
+                      time.perf_counter() - t1)]
+            start = "uniform in (-2, 2), whitened coordinates"
+        runs, ladder_diags, attempts, notes = _escalate(
+            models, first, vdf, rng, seed, nuts_kw, retries,
+            "the Laplace covariance at the mode" if whiten else "none (whiten=False)", start)
+        runs = [(_recoord(m, spec, data, s), extra) for m, (s, extra) in zip(models, runs)]
+        if init == "map":
+            keep, weights, mode_diags, dropped = _mixture(spec, data, vdf, runs, modes, rng,
+                                                          ladder_diags, sides, side_of)
+            modes, notes = [modes[k] for k in keep], notes + dropped
+        else:
+            keep, weights, mode_diags = [0], [1.0], ladder_diags
         s, extra = mixture_draws([runs[k] for k in keep], weights)
-    else:
-        center, chol = (top.s, top.chol) if whiten else (np.zeros(d), np.eye(d))
-        z0 = rng.uniform(-2.0, 2.0, (num_chains, d))
-        s, extra = run_nuts(spec, data, center, chol, z0, seed=seed, num_chains=num_chains,
-                            num_warmup=num_warmup, num_samples=num_samples,
-                            chain_method=chain_method, dense_mass=dense_mass,
-                            target_accept=target_accept, max_tree_depth=max_tree_depth,
-                            progress_bar=progress_bar)
-        mode_diags = None
     idata = _inference_data(spec, data, vdf, s, extra)
     if method == "nuts":
-        if mode_diags is None:
-            n_found, weights = len(modes), [1.0]
-            mode_diags = [_nuts_check(idata, spec, num_chains, max_tree_depth)]
         diag = combine_diagnostics(mode_diags, weights)
         diag["modes_found"] = n_found
         diag["notes"] = notes
+        diag["attempts"] = attempts
+        if not diag["ok"]:  # what the engine tried, where the refusal (ConvergenceError) says it
+            diag["failed"].append(_attempts_summary(attempts, retries))
     diag["seconds"] = time.perf_counter() - t0
     diag["seconds_modes"] = t_modes
     modes_df = _modes_table(spec, data, modes)
@@ -212,7 +241,7 @@ def fit_posterior(
         "init": init, "whiten": whiten, "dense_mass": dense_mass, "target_accept": target_accept,
         "max_tree_depth": max_tree_depth, "chain_method": chain_method, "n_rows": len(vdf),
         "map_neg_log_post": neg_lp_map, "clipped": vdf.attrs.get("clipped", {}),
-        "allow_unconverged": bool(allow_unconverged),
+        "allow_unconverged": bool(allow_unconverged), "retries": int(retries),
     }
     cols = [k for k in idata.constant_data.data_vars if k != "loss"]
     post = Posterior(law, idata, map_params, diag, modes_df, settings,
@@ -276,29 +305,81 @@ def _sides(spec, data, vdf, modes, kw):
     return models, sampled, np.array([index[k] for k in keys]), side_of
 
 
-def _resample_divergent(models, modes, runs, whiten, rng, seed, nuts_kw):
-    """Sample again, once, every mode whose chains diverged, with a smaller step (the acceptance
-    target ``t`` raised to ``1 - (1 - t) / 4``, 0.99 -> 0.9975) after twice the warm-up; the new
-    draws replace the old. Returns ``(runs, notes)``.
+def _escalate(models, first, vdf, rng, seed, nuts_kw, retries, whitened_by, start):
+    """The escalation ladder: retry each run that fails its checks, at most ``retries`` times
+    within the cost cap, each retry chosen by :func:`~.nuts.next_attempt` from what failed
+    (divergences: a smaller step after a longer warm-up; R-hat: a restart from the pooled draws
+    after a longer warm-up; ESS alone: more draws), started at draws of the previous attempt and
+    whitened by their covariance (:func:`~.nuts.draws_whitening`). ``first[k]`` is mode ``k``'s
+    first run and its seconds; ``models[k]`` the ``(spec, data)`` it is sampled in.
 
-    Why: on the real tables the divergences come from a small region of one mode (the bible_ptpp
-    target rows: where the gate's slope vanishes and the PTPP floor takes over), 4 to 20 of
-    4000 transitions; a step adapted to the bulk of the mode is slightly too long there. Raising
-    the target for every fit would slow the fits that need nothing."""
-    runs, notes = list(runs), []
-    kw = dict(nuts_kw)
-    kw.update(target_accept=1.0 - (1.0 - kw["target_accept"]) / 4,
-              num_warmup=2 * kw["num_warmup"])
-    for k, (s, extra) in enumerate(runs):
-        n_div = int(np.sum(extra["diverging"]))
-        if n_div == 0:
-            continue
-        runs[k] = run_modes([models[k]], [modes[k]], whiten=whiten, rng=rng, seed=seed + k,
-                            **kw)[0]
-        notes.append(f"mode {k} (of those found) had {n_div} divergent transitions; sampled "
-                     f"again with target_accept {kw['target_accept']:.4g} after "
-                     f"{kw['num_warmup']} warm-up steps")
-    return runs, notes
+    Returns ``(runs, diagnostics, attempts, notes)``: the last run of each mode and its
+    diagnostics, one record per attempt (what, why, settings, diagnostics after it) and one note
+    per retry and per failure the ladder could not address."""
+    runs, diags, attempts, notes = [], [], [], []
+    C, depth = nuts_kw["num_chains"], nuts_kw["max_tree_depth"]
+    for k, ((spec_k, data_k), (run, secs)) in enumerate(zip(models, first)):
+        def check(r, spec_k=spec_k, data_k=data_k):
+            return _nuts_check(_inference_data(spec_k, data_k, vdf, *r, loglik=False), spec_k, C,
+                               depth)
+
+        kw, spent = dict(nuts_kw), nuts_kw["num_warmup"] + nuts_kw["num_samples"]
+        diag = check(run)
+        attempts.append(_attempt(k, 1, "first", "", kw, whitened_by, start, diag, secs))
+        for i in range(retries if not diag["ok"] else 0):
+            action, why, new = next_attempt(diag, kw, nuts_kw, spent)
+            white = draws_whitening(*run, C, rng) if action is not None else None
+            if action is not None and white is None:
+                why = "the draws' covariance is singular: they cannot whiten a retry"
+            if white is None:
+                notes.append(f"mode {k} (of those found) failed its checks and was not tried "
+                             f"again: {why}")
+                break
+            t1 = time.perf_counter()
+            run = run_nuts(spec_k, data_k, *white, seed=seed + 7919 * (i + 1) + k, **new)
+            kw, spent = new, spent + new["num_warmup"] + new["num_samples"]
+            diag = check(run)
+            attempts.append(_attempt(k, i + 2, action, why, kw, "the previous attempt's draws",
+                                     "draws of the previous attempt", diag,
+                                     time.perf_counter() - t1))
+            notes.append(f"mode {k} (of those found): {why}; attempt {i + 2}, {action} "
+                         f"({kw['num_warmup']} warm-up, {kw['num_samples']} draws, target_accept "
+                         f"{kw['target_accept']:.6g}, whitened by the previous draws): "
+                         + ("passed its checks" if diag["ok"] else
+                            "failed: " + "; ".join(diag["failed"][:3])))
+        runs.append(run)
+        diags.append(diag)
+    return runs, diags, attempts, notes
+
+
+def _attempts_summary(attempts, retries):
+    """One line: the attempts of every mode that failed, or that retries were off."""
+    if not retries:
+        return "no retry was made (retries=0)"
+    failed = sorted({a["mode"] for a in attempts} - {a["mode"] for a in attempts if a["ok"]})
+    parts = []
+    for k in failed:
+        mine = [a for a in attempts if a["mode"] == k]
+        parts.append(f"mode {k}: {len(mine)} attempts (" + "; ".join(
+            f"{a['action']} -> R-hat {a['max_rhat']:.3f}, bulk ESS {a['min_ess_bulk']:.0f}, "
+            f"tail ESS {a['min_ess_tail']:.0f}, {a['divergences']} divergences" for a in mine)
+            + ")")
+    return ("the engine's retries did not rescue it: " + "; ".join(parts) if parts else
+            "every mode passed its own checks; the mixture did not")
+
+
+def _attempt(mode, number, action, why, kw, whitened_by, start, diag, seconds):
+    """One attempt's record (JSON-ready) for ``post.diagnostics["attempts"]``."""
+    return {
+        "mode": int(mode), "attempt": int(number), "action": action, "why": why,
+        "settings": {"num_warmup": int(kw["num_warmup"]), "num_samples": int(kw["num_samples"]),
+                     "target_accept": float(kw["target_accept"]), "whitened_by": whitened_by,
+                     "start": start},
+        "ok": bool(diag["ok"]), "max_rhat": float(diag["max_rhat"]),
+        "min_ess_bulk": float(diag["min_ess_bulk"]), "min_ess_tail": float(diag["min_ess_tail"]),
+        "divergences": int(diag["divergences"]), "min_bfmi": float(diag["min_bfmi"]),
+        "failed": list(diag["failed"]), "seconds": round(float(seconds), 2),
+    }
 
 
 def _recoord(model, spec, data, s):
@@ -313,12 +394,11 @@ def _recoord(model, spec, data, s):
     return np.asarray(out).reshape(C, D, -1)
 
 
-def _mixture(spec, data, vdf, runs, modes, rng, num_chains, max_tree_depth, sides=None,
-             side_of=None):
+def _mixture(spec, data, vdf, runs, modes, rng, diags, sides=None, side_of=None):
     """Diagnose each mode's chains within the mode, drop modes one of whose chains ended in
     another mode's basin (the two are one basin: a chain fell from one into the other), weight
     the rest by their bridge-sampled mass and drop those weighing less than
-    ``MIN_MODE_WEIGHT``.
+    ``MIN_MODE_WEIGHT``. ``diags[k]``: mode ``k``'s diagnostics (computed within the mode).
 
     Returns ``(keep, weights, diagnostics, notes)``: the indices of the kept modes, their
     weights and diagnostics, and one note per dropped mode."""
@@ -357,9 +437,7 @@ def _mixture(spec, data, vdf, runs, modes, rng, num_chains, max_tree_depth, side
                      f"{weights[j]:.1e} is below {MIN_MODE_WEIGHT:g}")
         del keep[j]
         weights = np.ones(1)
-    diags = [_nuts_check(_inference_data(spec, data, vdf, *runs[k], loglik=False), spec,
-                         num_chains, max_tree_depth) for k in keep]
-    return keep, weights, diags, notes
+    return keep, weights, [diags[k] for k in keep], notes
 
 
 def _nuts_check(idata, spec, num_chains, max_tree_depth):

@@ -150,12 +150,18 @@ def nuts_diagnostics(idata, names, num_chains, max_tree_depth) -> dict:
 
 
 def warn_diagnostics(law_name, d):
+    """A :class:`ConvergenceWarning` naming the failing parameters, what failed, the attempts
+    the engine made (``d["attempts"]``) and what to try."""
     if d["ok"]:
         return
     lines = "\n  - ".join(d["failed"][:8])
     fixes = "\n  - ".join(dict.fromkeys(d["advice"]))
-    warnings.warn(f"posterior of {law_name} failed convergence checks:\n  - {lines}\nWhat to try:"
-                  f"\n  - {fixes}", ConvergenceWarning, stacklevel=3)
+    params = failing_params(d)
+    which = f" (failing: {', '.join(params)})" if params else ""
+    tried = describe_attempts(d.get("attempts", []))
+    tried = ("\nAttempts made:\n  - " + "\n  - ".join(tried)) if tried else ""
+    warnings.warn(f"posterior of {law_name} failed convergence checks{which}:\n  - {lines}"
+                  f"{tried}\nWhat to try:\n  - {fixes}", ConvergenceWarning, stacklevel=3)
 
 
 def chain_groups(idata, names) -> list[list[int]]:
@@ -231,17 +237,148 @@ def run_modes(models, modes, *, whiten, rng, seed, num_chains, **kw):
     return out
 
 
+# --- the escalation ladder: what to try after a failed run --------------------------------------
+#
+# A run that fails its checks is retried by ``fit_posterior`` (``retries``): each retry starts its
+# chains at draws of the previous run (divergent transitions excluded) and whitens the space by
+# the covariance of those draws, which follows a ridge or a banana's bulk where the Laplace
+# covariance at the mode does not. What else changes depends on the failure, worst first:
+#
+# - divergences or a low BFMI: a smaller step (the acceptance target ``t`` raised to
+#   ``1 - (1 - t) / 4``: 0.99 -> 0.9975 -> 0.999375) after twice the warm-up;
+# - chains split into groups with different means: twice the warm-up, from the pooled draws;
+# - R-hat or ESS: a longer run. ESS grows in proportion to the draws at a given ESS per draw, so
+#   the draws are multiplied by the power of two that brings the worst ESS 25% above its
+#   threshold (at least 2); a failing R-hat (with few effective draws as likely noise as
+#   disagreement) also doubles the warm-up.
+#
+# The warm-up grows to at most ``LADDER_MAX_WARMUP`` times the first attempt's, and all the
+# attempts of a run together cost at most ``LADDER_COST_CAP`` times the first (in sampler
+# iterations, warm-up included).
+LADDER_RETRIES = 3
+LADDER_COST_CAP = 8.0
+LADDER_MAX_WARMUP = 4
+
+
+def next_attempt(diag, kw, first, spent):
+    """What to try after a run with diagnostics ``diag`` and settings ``kw`` (``first``: the first
+    attempt's; ``spent``: iterations per chain used so far): ``(action, why, new_kw)``, or
+    ``(None, why, None)`` when no retry can help or the budget is spent."""
+    budget = LADDER_COST_CAP * (first["num_warmup"] + first["num_samples"]) - spent
+    W, S, t = kw["num_warmup"], kw["num_samples"], kw["target_accept"]
+    W_max = LADDER_MAX_WARMUP * first["num_warmup"]
+    need = diag["thresholds"]["ess"]
+    ess = np.nanmin([diag["min_ess_bulk"], diag["min_ess_tail"], np.inf])
+    split = len(diag.get("chain_groups", [[0]])) > 1
+    rhat = diag["max_rhat"]
+    if not np.isfinite(rhat):
+        return None, "R-hat is undefined (one chain, or too few draws): no retry can check it", None
+    new = dict(kw)
+    if diag["divergences"] or diag["min_bfmi"] < BFMI_MIN:
+        why = (f"{diag['divergences']} divergent transitions" if diag["divergences"] else
+               f"BFMI {diag['min_bfmi']:.2f} < {BFMI_MIN}")
+        new.update(target_accept=1.0 - (1.0 - t) / 4, num_warmup=min(2 * W, W_max))
+        action = "smaller step"
+    elif split:
+        why = f"the chains split into {len(diag['chain_groups'])} groups with different means"
+        new.update(num_warmup=min(2 * W, W_max))
+        action = "restart from the pooled draws"
+        if new == kw:  # the warm-up is at its cap: more draws instead
+            new.update(num_samples=2 * S)
+    elif rhat > RHAT_MAX or ess < need:
+        # a high R-hat with few effective draws is as likely noise as disagreement: a longer run
+        # addresses both (twice the warm-up when R-hat fails, draws multiplied as ESS asks)
+        factor = 1.25 * need / max(ess, 1.0)
+        reasons = []
+        if rhat > RHAT_MAX:
+            reasons.append(f"R-hat {rhat:.3f} > {RHAT_MAX} ({diag['worst_rhat']})")
+            new.update(num_warmup=min(2 * W, W_max))
+        if ess < need:
+            worst = (diag["worst_ess_bulk"] if diag["min_ess_bulk"] <= ess
+                     else diag["worst_ess_tail"])
+            reasons.append(f"ESS {ess:.0f} < {need} ({worst}; "
+                           f"{ess / (S * kw['num_chains']):.3f} per draw: about {factor:.1f}x the "
+                           "draws needed)")
+        why = "; ".join(reasons)
+        m = 2 ** int(np.ceil(np.log2(max(factor, 2.0))))
+        while m >= 2 and new["num_warmup"] + m * S > budget:
+            m //= 2
+        if m < 2:
+            return None, why + f": more draws than the budget ({LADDER_COST_CAP:g}x the first " \
+                "attempt's iterations) allows", None
+        new.update(num_samples=m * S)
+        action = "longer run" if new["num_warmup"] > W else "more draws"
+    else:
+        return None, "no failure a retry addresses", None
+    cost = new["num_warmup"] + new["num_samples"]
+    if cost > budget:
+        return None, (why + f"; the next attempt ({action}) would exceed the budget "
+                      f"({LADDER_COST_CAP:g}x the first attempt's iterations)"), None
+    return action, why, new
+
+
+def draws_whitening(s, extra, num_chains, rng):
+    """``(center, chol, z0)``: the mean and a Cholesky factor of the covariance of draws ``s``
+    (chains, draws, dims), and ``num_chains`` starts drawn from them (divergent transitions left
+    out), in the whitened coordinates ``z = chol^-1 (s - center)``."""
+    x = s.reshape(-1, s.shape[-1])
+    center = x.mean(0)
+    cov = np.atleast_2d(np.cov(x, rowvar=False))
+    cov = 0.5 * (cov + cov.T) + 1e-10 * np.trace(cov) / len(center) * np.eye(len(center))
+    try:
+        chol = np.linalg.cholesky(cov)
+    except np.linalg.LinAlgError:  # draws on a lower-dimensional set: no whitening by them
+        return None
+    ok = np.flatnonzero(~np.asarray(extra["diverging"], bool).reshape(-1))
+    pool = ok if len(ok) >= num_chains else np.arange(len(x))
+    pick = rng.choice(pool, num_chains, replace=False)
+    z0 = np.linalg.solve(chol, (x[pick] - center).T).T
+    return center, chol, z0
+
+
+def failing_params(diag) -> list[str]:
+    """The parameters whose R-hat or bulk/tail ESS fails its threshold."""
+    thr = diag.get("thresholds", {})
+    out = []
+    for p, v in diag.get("per_param", {}).items():
+        r, b, t = (v.get(k) for k in ("r_hat", "ess_bulk", "ess_tail"))
+        if ((r is not None and r > thr.get("rhat", RHAT_MAX))
+                or any(e is not None and e < thr.get("ess", 0) for e in (b, t))):
+            out.append(p)
+    return out
+
+
+def describe_attempts(attempts) -> list[str]:
+    """One line per attempt: what was tried, why, and the diagnostics after it."""
+    lines = []
+    for a in attempts:
+        head = f"mode {a['mode']} attempt {a['attempt']}: {a['action']}"
+        if a.get("why"):
+            head += f" (because {a['why']})"
+        s = a["settings"]
+        lines.append(f"{head}: {s['num_warmup']} warm-up, {s['num_samples']} draws, "
+                     f"target_accept {s['target_accept']:.6g}, whitened by {s['whitened_by']} -> "
+                     f"R-hat {a['max_rhat']:.3f}, bulk ESS {a['min_ess_bulk']:.0f}, tail ESS "
+                     f"{a['min_ess_tail']:.0f}, {a['divergences']} divergences"
+                     f"{'' if a['ok'] else ', failed'}")
+    return lines
+
+
 def mixture_draws(runs, weights):
     """Pool the modes' draws in proportion to ``weights``: chain ``c`` of the result holds, for
     every mode ``k``, ``round(w_k D)`` draws evenly thinned from mode ``k``'s chain ``c`` (largest
-    remainders make the counts add up to ``D``), interleaved in order so that every stretch of a
+    remainders make the counts add up to ``D``; ``D`` is the longest run's length, or less when a
+    mode has fewer than ``w_k D`` draws), interleaved in order so that every stretch of a
     chain holds the modes in proportion (split R-hat then compares like with like). Returns
     ``(s, extra)`` shaped like one run's."""
-    D = runs[0][0].shape[1]
     w = np.asarray(weights, float) / np.sum(weights)
+    lengths = np.array([r[0].shape[1] for r in runs])
+    # the modes' runs may differ in length (a retry drew more): as many draws as the longest
+    # run, unless a mode would then need more draws than it has
+    D = int(min(lengths.max(), np.min(np.where(w > 0, lengths / np.maximum(w, 1e-300), np.inf))))
     counts = np.floor(w * D).astype(int)
     counts[np.argsort(-(w * D - counts))[:D - counts.sum()]] += 1
-    idx = [np.linspace(0, D - 1, n).round().astype(int) for n in counts]
+    idx = [np.linspace(0, r[0].shape[1] - 1, n).round().astype(int) for r, n in zip(runs, counts)]
     order = np.argsort(np.concatenate([(np.arange(n) + 0.5) / n for n in counts]), kind="stable")
 
     def pool(arrays):

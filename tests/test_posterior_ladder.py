@@ -1,0 +1,200 @@
+"""The escalation ladder of ``fit_posterior``: a run that fails its checks is run again, the
+retry chosen from what failed, within a cost cap, every attempt recorded.
+
+- the policy (``nuts.next_attempt``) on diagnostics whose right answer is known: divergences ask
+  for a smaller step, ESS alone for the power of two of more draws that its ESS per draw implies,
+  a split into chain groups for a restart, and nothing past the budget;
+- a run short of ESS by construction (a tiny ``num_samples``) is rescued, and the posterior it
+  gives covers the parameters the table was simulated from; with ``retries=0`` the same run is
+  refused, naming the parameters;
+- a posterior no ladder can rescue (a parameter the likelihood never sees, under a flat prior)
+  is refused with its attempts listed, within the budget.
+"""
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayes_scaling as bs
+from bayes_scaling.bayes import nuts
+from bayes_scaling.bayes.distributions import FlatPrior
+from bayes_scaling.laws import Law, Param
+
+TRUE = dict(E=1.5, A=30.0, alpha=0.4)
+
+
+def _power(p, x):
+    return p["E"] + p["A"] * x["N"] ** -p["alpha"]
+
+
+POWER = Law(
+    name="ladder_power_test_law",
+    params=(Param("E", 0.0, np.inf, (0.5, 3.0), True), Param("A", 0.0, np.inf, (1.0, 1e3), True),
+            Param("alpha", 0.0, 2.0, (0.1, 1.0))),
+    variables=("N",),
+    fn=_power,
+)
+
+
+def _blind(p, x):  # k never reaches the loss
+    return _power(p, x) + 0.0 * p["k"]
+
+
+BLIND = Law(
+    name="ladder_blind_test_law",
+    params=POWER.params + (Param("k", -np.inf, np.inf, (-1.0, 1.0)),),
+    variables=("N",),
+    fn=_blind,
+)
+
+
+@pytest.fixture(scope="module")
+def table():
+    N = np.geomspace(1e3, 1e6, 12)
+    rng = np.random.default_rng(0)
+    clean = np.asarray(_power(TRUE, {"N": jnp.asarray(N)}))
+    return pd.DataFrame({"N": N, "loss": clean * np.exp(0.01 * rng.standard_normal(len(N)))})
+
+
+SHORT = dict(num_chains=2, num_warmup=200, num_samples=40, progress_bar=False, seed=0)
+
+
+@pytest.fixture(scope="module")
+def rescued(table):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bs.MultimodalWarning)
+        return bs.fit_posterior(POWER, table, **SHORT)
+
+
+# --- the policy ------------------------------------------------------------------------------------
+
+def _diag(**kw):
+    d = {"max_rhat": 1.002, "worst_rhat": "E", "min_ess_bulk": 900.0, "worst_ess_bulk": "E",
+         "min_ess_tail": 900.0, "worst_ess_tail": "E", "divergences": 0, "min_bfmi": 0.9,
+         "chain_groups": [[0, 1, 2, 3]], "thresholds": {"ess": 400}}
+    d.update(kw)
+    return d
+
+
+FIRST = dict(num_chains=4, num_warmup=1000, num_samples=1000, target_accept=0.99)
+
+
+def test_divergences_ask_for_a_smaller_step_after_a_longer_warmup():
+    action, why, new = nuts.next_attempt(_diag(divergences=3), FIRST, FIRST, 2000)
+    assert action == "smaller step" and "3 divergent" in why
+    assert new["target_accept"] == pytest.approx(0.9975)
+    assert new["num_warmup"] == 2000 and new["num_samples"] == 1000
+    # again: 0.9975 -> 0.999375, and the warm-up stops at LADDER_MAX_WARMUP times the first's
+    action, _, again = nuts.next_attempt(_diag(divergences=1), new, FIRST, 5000)
+    assert again["target_accept"] == pytest.approx(0.999375)
+    assert again["num_warmup"] == nuts.LADDER_MAX_WARMUP * 1000
+
+
+def test_ess_alone_asks_for_the_draws_its_ess_per_draw_implies():
+    # 100 effective draws of the 400 needed: 1.25 * 4 = 5x the draws, rounded up to 8x
+    action, why, new = nuts.next_attempt(_diag(min_ess_tail=100.0, worst_ess_tail="alpha"),
+                                         FIRST, FIRST, 2000)
+    assert action == "more draws" and "alpha" in why
+    assert new["num_samples"] == 8000 and new["num_warmup"] == 1000  # within 16000 - 2000
+    # with less budget left, the largest affordable power of two
+    _, _, new = nuts.next_attempt(_diag(min_ess_tail=100.0), FIRST, FIRST, 12000)
+    assert new["num_samples"] == 2000
+    # none affordable: no attempt, and the reason says so
+    action, why, new = nuts.next_attempt(_diag(min_ess_tail=100.0), FIRST, FIRST, 14000)
+    assert action is None and new is None and "budget" in why
+
+
+def test_rhat_asks_for_a_longer_run_and_a_split_for_a_restart():
+    action, why, new = nuts.next_attempt(_diag(max_rhat=1.03, worst_rhat="beta"), FIRST, FIRST,
+                                         2000)
+    assert action == "longer run" and "beta" in why
+    assert new["num_warmup"] == 2000 and new["num_samples"] == 2000
+    action, why, new = nuts.next_attempt(_diag(max_rhat=1.3, chain_groups=[[0, 1], [2, 3]]),
+                                         FIRST, FIRST, 2000)
+    assert action == "restart from the pooled draws" and "2 groups" in why
+    assert new["num_warmup"] == 2000
+    assert nuts.next_attempt(_diag(max_rhat=float("nan")), FIRST, FIRST, 2000)[0] is None
+
+
+def test_draws_whitening_makes_the_draws_white_and_starts_off_the_divergent_ones():
+    rng = np.random.default_rng(0)
+    cov = np.array([[4.0, 1.9], [1.9, 1.0]])
+    s = rng.multivariate_normal([1.0, -2.0], cov, (2, 3000))
+    diverging = np.zeros((2, 3000), bool)
+    diverging[:, :2990] = True  # only 20 draws are allowed as starts
+    center, chol, z0 = nuts.draws_whitening(s, {"diverging": diverging}, 4, rng)
+    z = np.linalg.solve(chol, (s.reshape(-1, 2) - center).T).T
+    assert np.allclose(np.cov(z, rowvar=False), np.eye(2), atol=1e-8)
+    allowed = s[:, 2990:].reshape(-1, 2)
+    starts = center + z0 @ chol.T
+    assert all(np.any(np.all(np.isclose(allowed, x), 1)) for x in starts)
+
+
+def test_a_mixture_of_runs_of_different_lengths_keeps_the_weights_and_repeats_no_draw():
+    # mode 0 was retried with 4x the draws; weights 0.5 / 0.5: 2 x 1000 draws (mode 1 has 1000)
+    runs = [(np.arange(2 * 4000, dtype=float).reshape(2, 4000, 1),
+             {"diverging": np.zeros((2, 4000))}),
+            (-1.0 - np.arange(2 * 1000, dtype=float).reshape(2, 1000, 1),
+             {"diverging": np.zeros((2, 1000))})]
+    s, extra = nuts.mixture_draws(runs, [0.5, 0.5])
+    assert s.shape == (2, 2000, 1) and extra["diverging"].shape == (2, 2000)
+    assert np.mean(s >= 0) == 0.5
+    assert len(np.unique(s)) == s.size
+    # one mode: every draw of the longer run
+    s, _ = nuts.mixture_draws(runs[:1], [1.0])
+    assert s.shape == (2, 4000, 1)
+
+
+# --- fits ------------------------------------------------------------------------------------------
+
+def test_a_run_short_of_ess_is_rescued_and_recorded(rescued):
+    post = rescued
+    first, *retries = post.diagnostics["attempts"]
+    assert first["action"] == "first" and not first["ok"]
+    assert min(first["min_ess_bulk"], first["min_ess_tail"]) < 200  # 2 chains x 100
+    assert retries and retries[-1]["ok"] and post.ok
+    assert all(a["settings"]["whitened_by"] == "the previous attempt's draws" for a in retries)
+    last = retries[-1]["settings"]
+    assert last["num_samples"] > SHORT["num_samples"]
+    assert post.idata.posterior.sizes["draw"] == last["num_samples"]
+    assert any("attempt 2" in n for n in post.diagnostics["notes"])
+    # within the budget, and the rescued draws cover the parameters the table came from
+    cost = sum(a["settings"]["num_warmup"] + a["settings"]["num_samples"]
+               for a in post.diagnostics["attempts"])
+    assert cost <= nuts.LADDER_COST_CAP * (SHORT["num_warmup"] + SHORT["num_samples"])
+    for k, v in TRUE.items():
+        lo, hi = np.quantile(post.draws(k), [0.005, 0.995])
+        assert lo < v < hi, (k, lo, hi)
+
+
+def test_with_retries_off_the_same_run_refuses_naming_the_parameters(table, rescued):
+    with pytest.warns(bs.ConvergenceWarning, match=r"failing: .*(E|A|alpha|sigma)"):
+        post = bs.fit_posterior(POWER, table, retries=0, **SHORT)
+    assert not post.ok and len(post.diagnostics["attempts"]) == 1
+    assert post.diagnostics["attempts"][0]["min_ess_tail"] == pytest.approx(
+        rescued.diagnostics["attempts"][0]["min_ess_tail"])  # the same first run
+    with pytest.raises(bs.errors.ConvergenceError,
+                       match=r"ESS \d+ < 200 for (E|A|alpha|sigma).*retries=0"):
+        post.forecast(table.head(2))
+
+
+def test_a_parameter_no_ladder_can_rescue_is_refused_with_the_attempts_listed(table):
+    kw = dict(num_chains=2, num_warmup=100, num_samples=100, progress_bar=False, seed=0)
+    with pytest.warns(bs.ConvergenceWarning, match=r"(?s)failing: .*k.*Attempts made") as rec:
+        post = bs.fit_posterior(BLIND, table, priors={"k": FlatPrior()}, **kw)
+    attempts = post.diagnostics["attempts"]
+    assert not post.ok and len(attempts) >= 2 and not any(a["ok"] for a in attempts)
+    assert "k" in nuts.failing_params(post.diagnostics)
+    cost = sum(a["settings"]["num_warmup"] + a["settings"]["num_samples"] for a in attempts)
+    assert cost <= nuts.LADDER_COST_CAP * (kw["num_warmup"] + kw["num_samples"])
+    message = str(rec[0].message)
+    assert all(f"attempt {a['attempt']}" in message for a in attempts)
+    with pytest.raises(bs.errors.ConvergenceError, match=f"{len(attempts)} attempts"):
+        post.forecast(table.head(2))
+
+
+def test_retries_must_be_a_count(table):
+    with pytest.raises(bs.errors.BayesScalingError, match="retries must be an integer >= 0"):
+        bs.fit_posterior(POWER, table, retries=-1)
