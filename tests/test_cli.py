@@ -97,3 +97,103 @@ def test_plan_command_missing_file_exits_2(tmp_path, capsys):
                "--N", "1e5", "--ptpp", "279", "--max-forgetting", "2%", "--target-loss", "2"])
     assert rc == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def _pool_csv(tmp_path):
+    """A pool simulated from the Chinchilla law: small runs done, larger ones candidates (empty
+    loss), and two target rows beyond every candidate."""
+    import bayes_scaling as bs
+
+    law = bs.laws.get("chinchilla")
+    rows = pd.DataFrame([{"N": n, "D": n * t} for n in (1e7, 2e7, 4e7, 8e7, 1.6e8, 3.2e8)
+                         for t in (5, 20, 80)])
+    loss = np.asarray(law(law.example, rows)) * np.exp(
+        0.003 * np.random.default_rng(0).standard_normal(len(rows)))
+    rows["loss"] = np.where(rows["N"] < 5e7, loss, np.nan)
+    rows.to_csv(tmp_path / "pool.csv", index=False)
+    pd.DataFrame({"N": [2e9, 4e9], "D": [4e10, 8e10]}).to_csv(tmp_path / "targets.csv",
+                                                              index=False)
+    return rows
+
+
+def test_design_command_on_a_pool_writes_the_recommendation_and_its_figure(tmp_path, capsys):
+    pool = _pool_csv(tmp_path)
+    out, fig = tmp_path / "rec.csv", tmp_path / "rec.png"
+    rc = main(["design", str(tmp_path / "pool.csv"), "--law", "chinchilla", "--targets",
+               str(tmp_path / "targets.csv"), "--budget", "25%", "--out", str(out),
+               "--figure", str(fig)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "9 runs done, 9 candidates, 2 target rows" in text
+    rec = pd.read_csv(out)
+    budget = 0.25 * (6 * pool["N"] * pool["D"])[pool["loss"].isna()].sum()
+    assert len(rec) >= 1 and rec["cum_cost"].iloc[-1] <= budget * (1 + 1e-12)
+    assert list(rec["step"]) == list(range(1, len(rec) + 1))
+    assert pool.loc[rec["row"], "loss"].isna().all()
+    assert np.allclose(rec["cost"], 6 * rec["N"] * rec["D"])
+    assert fig.stat().st_size > 0
+
+
+def test_design_command_bad_pool_input_exits_2_naming_the_fix(tmp_path, capsys):
+    _pool_csv(tmp_path)
+    base = ["design", str(tmp_path / "pool.csv"), "--law", "chinchilla", "--targets",
+            str(tmp_path / "targets.csv")]
+    assert main([*base, "--budget", "1e10"]) == 2
+    assert "buys nothing: the cheapest candidate" in capsys.readouterr().err
+    assert main([*base, "--budget", "10%", "--cost", "6*N*T"]) == 2
+    assert "names column 'T'" in capsys.readouterr().err
+    assert main(["design", str(tmp_path / "pool.csv"), "--law", "chinchilla"]) == 2
+    assert "needs --budget, --targets" in capsys.readouterr().err
+
+
+def test_compare_command_ranks_the_true_law_first(tmp_path, capsys):
+    """A table simulated from Chinchilla (N and D vary); the alternative law ignores D. Laplace
+    posteriors of both: the true law has the higher elpd and most of the stacking weight."""
+    import bayes_scaling as bs
+
+    (tmp_path / "laws.py").write_text(
+        "import bayes_scaling as bs\n"
+        "bs.laws.register(bs.laws.Law(name='n_only', variables=('N',), equation='E + A N^-a',\n"
+        "    params=(bs.laws.Param('E', 0.01, 10.0, (0.5, 3.0)),\n"
+        "            bs.laws.Param('A', 1e-3, 1e6, (10.0, 1e3), True),\n"
+        "            bs.laws.Param('a', 0.05, 2.0, (0.1, 0.6))),\n"
+        "    fn=lambda p, x: p['E'] + p['A'] * x['N'] ** -p['a']), replace=True)\n")
+    law = bs.laws.get("chinchilla")
+    rows = pd.DataFrame([{"N": n, "D": n * t} for n in (1e7, 3e7, 1e8, 3e8) for t in (5, 20, 80)])
+    rows["loss"] = np.asarray(law(law.example, rows)) * np.exp(
+        0.005 * np.random.default_rng(1).standard_normal(len(rows)))
+    rows.to_csv(tmp_path / "t.csv", index=False)
+    out = tmp_path / "cmp.csv"
+    rc = main(["compare", str(tmp_path / "t.csv"), "--laws", "n_only", "chinchilla",
+               "--method", "laplace", "--chains", "1", "--samples", "1000",
+               "--law-module", str(tmp_path / "laws.py"),
+               "--out", str(out)])
+    assert rc == 0
+    assert "PSIS-LOO" in capsys.readouterr().out
+    table = pd.read_csv(out, index_col=0)
+    assert table.index[0] == "chinchilla"
+    assert table.loc["chinchilla", "elpd_loo"] > table.loc["n_only", "elpd_loo"]
+    assert table.loc["chinchilla", "weight"] > 0.5
+
+
+def test_demo_prints_the_forecast_its_decomposition_and_writes_the_fan_chart(tmp_path, capsys):
+    """The demo on Epoch's points with few draws: the printed 90% interval at 70B / 1.4T contains
+    the printed posterior median, the decomposition's widths grow as each source is added and
+    its variance shares sum to 100%, and the fan chart exists."""
+    import re
+
+    fig = tmp_path / "fan.png"
+    assert main(["demo", "--draws", "100", "--figure", str(fig)]) == 0
+    out = capsys.readouterr().out
+    m = re.search(r"loss (\d\.\d+), 90% interval \[(\d\.\d+), (\d\.\d+)\]", out)
+    assert m, out
+    med, lo, hi = map(float, m.groups())
+    assert lo < med < hi
+    assert re.search(r"extrapolation: distance (\d\.\d+)", out).group(1) != "0.00"
+    widths = [float(w) for w in re.findall(r"^  [+a-z].{43} (\d\.\d+) +\d+%$", out, re.MULTILINE)]
+    shares = [int(s) for s in re.findall(r" (\d+)%$", out, re.MULTILINE)]
+    assert len(widths) == 3 and widths[0] < widths[1] < widths[2], out
+    assert widths[2] == pytest.approx(hi - lo, abs=2e-3)
+    assert abs(sum(shares) - 100) <= 2
+    assert fig.exists() and fig.stat().st_size > 10_000
+    assert str(fig) in out

@@ -27,7 +27,8 @@ from .fitting import least_squares, uniform_starts
 from .posterior import LaplaceMixture, kernel
 from .task import Group
 
-__all__ = ["COLUMNS", "cost_formula", "recommend", "recommend_figure", "split_pool"]
+__all__ = ["COLUMNS", "cost_formula", "recommend", "recommend_figure", "select_rows",
+           "split_pool"]
 
 #: Columns of :func:`recommend`'s table beside the candidate's own columns.
 COLUMNS = ["step", "row", "cost", "cum_cost", "expected_error_before", "expected_error_after",
@@ -111,9 +112,10 @@ def _truthy(values: pd.Series, column: str) -> np.ndarray:
 
 
 def split_pool(pool: pd.DataFrame, loss: str = "loss", done: str | None = None):
-    """``(done_rows, candidates)`` of a pool: with ``done`` (a marker column), the rows it marks
-    (whose ``loss`` must be measured) and the rest; without it, the rows with a ``loss`` and the
-    rows where it is empty."""
+    """``(done_rows, candidates)`` of a pool: with ``done`` (a marker column, or a pandas query
+    selecting the runs done), the rows it marks (whose ``loss`` must be measured) and the rest
+    (whatever their ``loss``); without it, the rows with a ``loss`` and the rows where it is
+    empty."""
     if loss not in pool.columns:
         raise DataError(f"the pool has no loss column {loss!r} (its columns: "
                         f"{', '.join(map(str, pool.columns))}); name it with loss=/--loss, and "
@@ -126,10 +128,15 @@ def split_pool(pool: pd.DataFrame, loss: str = "loss", done: str | None = None):
                         f"{pool.index[junk][:10].tolist()} ({sorted(set(text[junk]))[:5]}); "
                         "write the measured loss, or leave it empty for a candidate")
     if done is not None:
-        if done not in pool.columns:
-            raise DataError(f"the pool has no done column {done!r} (its columns: "
-                            f"{', '.join(map(str, pool.columns))})")
-        is_done = _truthy(pool[done], done)
+        if done in pool.columns:
+            is_done = _truthy(pool[done], done)
+        else:
+            try:
+                is_done = np.asarray(pool.index.isin(pool.query(done).index))
+            except Exception as e:  # noqa: BLE001  (pandas raises many kinds on a bad query)
+                raise DataError(f"done {done!r} is neither a column of the pool nor a pandas "
+                                f"query on it ({type(e).__name__}: {e}); its columns: "
+                                f"{', '.join(map(str, pool.columns))}") from None
         missing = is_done & ~np.isfinite(y.to_numpy(float))
         if missing.any():
             raise DataError(f"rows {pool.index[missing][:10].tolist()} are marked done in "
@@ -148,8 +155,37 @@ def split_pool(pool: pd.DataFrame, loss: str = "loss", done: str | None = None):
 
 
 def _is_candidate(pool, cand) -> np.ndarray:
-    return np.isin(np.arange(len(pool)), pool.index.get_indexer_for(cand.index)) \
-        if pool.index.is_unique else np.asarray(pool.index.isin(cand.index))
+    return np.asarray(pool.index.isin(cand.index))
+
+
+def select_rows(pool: pd.DataFrame, loss: str = "loss", done=None, targets=None):
+    """``(pool, done_rows, candidates, target_rows)``: :func:`split_pool`, and the target rows
+    (a table, or a pandas query on the pool, whose rows are then left out of the candidates:
+    a target is forecast, never bought). A pool whose index repeats labels is renumbered."""
+    if not isinstance(pool, pd.DataFrame) or pool.empty:
+        raise DataError("the pool must be a non-empty table of runs")
+    if not pool.index.is_unique:
+        pool = pool.reset_index(drop=True)
+    done_rows, cand = split_pool(pool, loss, done)
+    if isinstance(targets, str):
+        try:
+            target_rows = pool.query(targets)
+        except Exception as e:  # noqa: BLE001  (pandas raises many kinds on a bad query)
+            raise OptionError(f"targets query {targets!r} is not a valid pandas query on the pool "
+                              f"({type(e).__name__}: {e}); the columns are "
+                              f"{', '.join(map(str, pool.columns))}") from None
+        if target_rows.empty:
+            raise DataError(f"targets query {targets!r} selects no row of the pool; loosen it or "
+                            "give a table of target rows")
+        cand = cand[~cand.index.isin(target_rows.index)]
+        if cand.empty:
+            raise DataError(f"every candidate is a target row ({targets!r}); the targets are "
+                            "forecast, not bought: add candidates outside them")
+    elif isinstance(targets, pd.DataFrame) and len(targets):
+        target_rows = targets
+    else:
+        raise DataError("targets must be a pandas query on the pool or a non-empty table of rows")
+    return pool, done_rows, cand, target_rows
 
 
 def _inputs(law: Law, df: pd.DataFrame, what: str) -> dict:
@@ -177,10 +213,11 @@ def recommend(pool: pd.DataFrame, *, law, cost, targets, budget, loss: str = "lo
         cost: a column, an arithmetic formula of columns (``"6*N*D"``, :func:`cost_formula`), a
             callable or an array over the pool's rows.
         targets: the rows whose forecasts matter: a DataFrame with the law's columns, or a pandas
-            query selecting rows of ``pool`` (``"N >= 1e9"``).
+            query selecting rows of ``pool`` (``"N >= 1e9"``; those rows are then not bought).
         budget: the total cost to spend: a number, or a fraction of the candidates' total cost as
             a string ``"10%"``.
-        loss, done: the loss column and the optional done-marker column (:func:`split_pool`).
+        loss, done: the loss column and the optional done-marker column or query
+            (:func:`split_pool`).
         n_starts: uniform starts of the least-squares fit of the runs done.
         discrepancy: scale of the law's misfit prior (``bayes``'s ``discrepancy``).
         seed: seed of the starts.
@@ -193,26 +230,7 @@ def recommend(pool: pd.DataFrame, *, law, cost, targets, budget, loss: str = "lo
         greedy rule kept, the noise variance, the runs done and the candidates' count.
     """
     law = get_law(law)
-    if not isinstance(pool, pd.DataFrame) or pool.empty:
-        raise DataError("the pool must be a non-empty table of runs")
-    done_rows, cand = split_pool(pool, loss, done)
-    if isinstance(targets, str):
-        try:
-            target_rows = pool.query(targets)
-        except Exception as e:  # noqa: BLE001  (pandas raises many kinds on a bad query)
-            raise OptionError(f"targets query {targets!r} is not a valid pandas query on the pool "
-                              f"({type(e).__name__}: {e}); the columns are "
-                              f"{', '.join(map(str, pool.columns))}") from None
-        if target_rows.empty:
-            raise DataError(f"targets query {targets!r} selects no row of the pool; loosen it or "
-                            "give a table of target rows")
-    elif isinstance(targets, pd.DataFrame) and len(targets):
-        target_rows = targets
-    else:
-        raise DataError("targets must be a pandas query on the pool or a non-empty table of rows")
-    if not pool.index.is_unique:
-        pool = pool.reset_index(drop=True)
-        done_rows, cand = split_pool(pool, loss, done)
+    pool, done_rows, cand, target_rows = select_rows(pool, loss, done, targets)
     is_cand = _is_candidate(pool, cand)
     costs = run_costs(pool, cost, is_cand)[is_cand]
     room = _budget(budget, costs, cand)
@@ -298,9 +316,7 @@ def recommend_figure(pool: pd.DataFrame, rec: pd.DataFrame, *, law, cost, target
     from ..plots import style
 
     law = get_law(law)
-    pool = pool.reset_index(drop=True) if not pool.index.is_unique else pool
-    done_rows, cand = split_pool(pool, loss, done)
-    target_rows = pool.query(targets) if isinstance(targets, str) else targets
+    pool, done_rows, cand, target_rows = select_rows(pool, loss, done, targets)
     xv = law.variables[0]
     yv = law.variables[1] if len(law.variables) > 1 else None
     cost_of = pd.Series(run_costs(pool, cost, _is_candidate(pool, cand)), index=pool.index)
