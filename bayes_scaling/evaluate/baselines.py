@@ -295,20 +295,30 @@ def conformal(law, train, query, levels=DEFAULT_LEVELS, *, axis=None, n_folds=4,
 
     Returns:
         DataFrame as :func:`bootstrap`; ``attrs["settings"]``: axis, folds, calibration rows
-        ``m``, the scores, each level's half-width and whether it was capped at the largest score.
+        ``m``, the scores, each level's half-width and whether it was capped at the largest score,
+        and the folds left out because their fit gave a non-finite forecast of their block
+        (``dropped_folds``; all of them raises :class:`FitError`).
     """
     law, train, query, levels = _prepare(law, train, query, levels)
     n_free = len([p for p in law.param_names if p not in (fixed or {})])
     min_fit = n_free + 1 if min_fit is None else int(min_fit)
     axis = auto_axis(law, train, query) if axis is None else axis
     folds = calibration_folds(_axis_values(axis, train), min_fit, n_folds)
-    scores = []
+    scores, dropped = [], []
     for k, (fit_rows, cal_rows) in enumerate(folds):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             f = _map(law, train[fit_rows], delta=delta, fixed=fixed, n_starts=n_starts,
                      seed=seed + k)
-        scores.append(np.abs(_log_residuals(f, train[cal_rows])))
+        r = np.abs(_log_residuals(f, train[cal_rows]))
+        if np.all(np.isfinite(r)):
+            scores.append(r)
+        else:  # the fold's fit cannot forecast its block (e.g. an input constant in the fold)
+            dropped.append(k)
+    if not scores:
+        raise FitError(f"no calibration fold of {law.name} gives a finite forecast of its next "
+                       f"block ({len(folds)} folds along {getattr(axis, 'name', axis)}); the "
+                       "smaller runs do not identify the law: use another baseline")
     scores = np.concatenate(scores)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -320,7 +330,8 @@ def conformal(law, train, query, levels=DEFAULT_LEVELS, *, axis=None, n_folds=4,
     q = np.exp(log_f[:, None] + np.sign(grid - 0.5)[None, :] * half[None, :])
     qs = {p: conformal_quantile(scores, p) for p in levels}
     settings = {"method": "conformal", "axis": getattr(axis, "name", str(axis)),
-                "folds": len(folds), "calibration_rows": int(len(scores)),
+                "folds": len(folds) - len(dropped), "dropped_folds": dropped,
+                "calibration_rows": int(len(scores)),
                 "scores": scores.tolist(), "half_width": {p: h for p, (h, _) in qs.items()},
                 "capped": {p: c for p, (_, c) in qs.items()}, "delta": delta}
     return quantile_frame(q, grid, levels, taus, settings)
