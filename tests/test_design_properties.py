@@ -7,12 +7,12 @@ more parameters than the runs a budget affords, groups with no target rows.
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import toy_chinchilla_law
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bayes_scaling as bs
 from bayes_scaling.errors import BayesScalingError
-from conftest import toy_chinchilla_law
 
 TRUE5 = {"E": 1.8, "A": 400.0, "alpha": 0.34, "B": 410.0, "beta": 0.28}
 

@@ -2,10 +2,10 @@
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import offset_power_law
 
 import bayes_scaling as bs
 from bayes_scaling.errors import BayesScalingError, DataError, OptionError
-from conftest import offset_power_law
 
 LAW = offset_power_law("rec_power")
 TRUE = {"E": 1.8, "A": 400.0, "alpha": 0.34}
