@@ -1,0 +1,303 @@
+"""ScaleBench under one scorer: every method's purchases refitted by the benchmark's scipy refit and
+by the project's compiled refit, beside the benchmark's own harness and MSPE code (run apart, in
+their own environment; SOURCE.md). Used by ``analyses/scalebench.py``:
+
+    nice -n 10 python analyses/scalebench.py --scorers-run --tasks farseer_scaling_law \
+        --methods random,v_opt,mspe,bayes --seeds 0-9      # -> out/scalebench/scorers.csv
+    nice -n 10 python analyses/scalebench.py --rescore-peer   # -> out/scalebench/peer_rescored.csv
+    python analyses/scalebench.py --compare-peer    # -> harness_agreement.md, mspe.md
+
+``scorers.csv``: one row per (task, law, method, seed, budget) of ``bs.design.run`` with
+``scorers=("benchmark", "compiled")`` and the benchmark's conventions (``held_over="next"``,
+``group_order="sorted"``): ``r2_benchmark``, ``r2_compiled``, runs bought, cost, seconds.
+Resumable: finished (task, law, method, seed) jobs are skipped, each job appended when done.
+
+``peer/`` holds what the benchmark's code wrote when run here: ``harness_<task>_<method>.json``
+(``python -m benchmark.main --dataset <task> --method <m> --repeat 10 --n-restarts 64
+--workers 1``: per law, mean and std of R^2 over seeds 0-9) and ``<method>_<task>.jsonl`` (its
+``mspe.py`` / ``vopt.py`` with the runs each repeat bought recorded at every checkpoint: one line
+per (law, repeat) with each group's purchases and the parameters of its own running fit).
+``peer_rescored.csv`` refits those purchases with both scorers (starts: 64 uniform draws from
+``default_rng(seed * 100000 + group)``, the harness's stream) and scores the peer's own fit.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import bayes_scaling as bs
+from bayes_scaling.design import fitting
+
+OUT = Path(__file__).resolve().parent / "out" / "scalebench"
+PEER = OUT / "peer"
+SCORERS_CSV = OUT / "scorers.csv"
+RESCORED_CSV = OUT / "peer_rescored.csv"
+KEY = ["task", "law", "method", "seed"]
+PROTOCOL = dict(scorers=("benchmark", "compiled"), held_over="next", group_order="sorted")
+BUDGETS = (0.01, 0.05, 0.1)
+SHORT = {"data_constrained_scaling_law": "data_con", "farseer_scaling_law": "farseer",
+         "parallel_scaling_law": "parallel", "vocab_scaling_law": "vocab"}
+#: The benchmark harness's names of our baselines.
+PEER_NAMES = {"random": "random", "cheapest": "greedy_cheapest", "cost_random": "inverse_cost"}
+
+
+def scorer_job(args):
+    """One (task, law, method, seed) under both scorers and the benchmark's conventions."""
+    task_name, law_id, method, seed, data_dir = args
+    task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
+    t0 = time.process_time()
+    res = bs.design.run(task, method, seeds=[seed], **PROTOCOL)
+    res["cpu_seconds"] = time.process_time() - t0
+    res.insert(0, "method", method)
+    res.insert(0, "law", law_id)
+    res.insert(0, "task", task_name)
+    return res.drop(columns=["r2_protocol", "r2_posterior", "coverage90"])
+
+
+def run_scorers(methods, seeds, tasks, data_dir=None, laws=None, executor=None):
+    """Run the jobs not yet in :data:`SCORERS_CSV`, seed-major (a partial run covers every
+    method on the first seeds), appending each finished job."""
+    done = set()
+    if SCORERS_CSV.exists():
+        done = set(map(tuple, pd.read_csv(SCORERS_CSV)[KEY].astype(str).to_numpy()))
+    todo = [(t, law, m, s, data_dir) for t in tasks for s in seeds for m in methods
+            for law in bs.scalebench.task_laws(t)
+            if (t, law, m, str(s)) not in done and (laws is None or law in laws)]
+    print(f"{len(todo)} jobs to run ({len(done)} done)", flush=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    results = map(scorer_job, todo) if executor is None else (
+        r for _, r in executor.submit_iter(scorer_job, todo))
+    for i, rows in enumerate(results):
+        rows.to_csv(SCORERS_CSV, mode="a", header=not SCORERS_CSV.exists(), index=False)
+        r = rows.iloc[-1]
+        print(f"[{i + 1}/{len(todo)}] {r.task} {r.law} {r.method} seed {r.seed}: benchmark "
+              f"{rows.r2_benchmark.round(3).tolist()} compiled {rows.r2_compiled.round(3).tolist()}"
+              f" ({r.cpu_seconds:.0f} CPU s)", flush=True)
+
+
+def _peer_records():
+    for path in sorted(PEER.glob("*.jsonl")):
+        method = "peer_" + path.stem.split("_")[0]
+        for line in path.read_text().splitlines():
+            if line.strip():
+                yield method, json.loads(line)
+
+
+def rescore_peer(data_dir=None):
+    """Refit every recorded peer purchase with both scorers; append to :data:`RESCORED_CSV`
+    (records already there are skipped)."""
+    done = set()
+    if RESCORED_CSV.exists():
+        done = set(map(tuple, pd.read_csv(RESCORED_CSV)[KEY].astype(str).to_numpy()))
+    for method, rec in _peer_records():
+        task_name, law_id, seed = rec["dataset"], rec["law"], int(rec["seed"])
+        if (task_name, law_id, method, str(seed)) in done:
+            continue
+        task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
+        law = task.law
+        groups = {g.name: g for g in task.groups()}
+        rows = []
+        for b in BUDGETS:
+            y, pred = {"benchmark": [], "compiled": [], "own": []}, {
+                "benchmark": [], "compiled": [], "own": []}
+            n_runs, spent = 0, 0.0
+            for gi, gr in enumerate(rec["groups"]):
+                g = groups[gr["group"]] if gr["group"] in groups else list(groups.values())[gi]
+                sel = np.asarray(gr["selected"][str(b)], dtype=int)
+                n_runs += len(sel)
+                spent += float(g.cost[sel].sum())
+                if not len(sel):
+                    continue
+                x = {v: a[sel] for v, a in g.x.items()}
+                theta0 = fitting.uniform_starts(law, 64, np.random.default_rng(seed * 100_000 + gi))
+                for name, how in (("benchmark", "scipy"), ("compiled", "jax")):
+                    st = fitting.least_squares(law, x, g.y[sel], theta0, method=how)
+                    theta = st.best
+                    if theta is None and name == "benchmark":
+                        theta = fitting.benchmark_fallback(law)
+                    if theta is not None:
+                        _add(law, theta, g, y[name], pred[name])
+                _add(law, np.asarray(gr["theta"][str(b)]), g, y["own"], pred["own"])
+            row = dict(task=task_name, law=law_id, method=method, seed=seed, budget=b,
+                       n_runs=n_runs, cost_spent=spent, peer_seconds=rec.get("seconds"))
+            for name in y:
+                row[f"r2_{name}"] = (fitting.r2_clipped(np.concatenate(y[name]),
+                                                        np.concatenate(pred[name]))
+                                     if y[name] else -1.0)
+            rows.append(row)
+        df = pd.DataFrame(rows)
+        df.to_csv(RESCORED_CSV, mode="a", header=not RESCORED_CSV.exists(), index=False)
+        print(f"{task_name} {law_id} {method} seed {seed}: "
+              f"benchmark {df.r2_benchmark.round(3).tolist()} compiled "
+              f"{df.r2_compiled.round(3).tolist()} own {df.r2_own.round(3).tolist()}", flush=True)
+
+
+def _add(law, theta, g, ys, preds):
+    p = np.asarray(fitting.predictor(law)(np.asarray(theta, float)[None], g.x_test))[0]
+    if np.all(np.isfinite(p)):
+        ys.append(g.y_test)
+        preds.append(p)
+
+
+def cell_stats(df, col):
+    """Per (task, budget): the mean over laws and seeds of ``col``, its standard error
+    ``sqrt(sum_law var_law / n_seeds) / n_laws`` (laws independent, seeds the replicates), the
+    laws and the seeds per law."""
+    out = {}
+    for (task, b), sub in df.groupby(["task", "budget"]):
+        per_law = sub.groupby("law")[col]
+        n = per_law.count()
+        var = per_law.var(ddof=1).fillna(0.0)
+        se = float(np.sqrt(np.sum(var / n))) / len(n)
+        out[(task, round(b, 4))] = (float(per_law.mean().mean()), se, len(n), int(n.min()))
+    return out
+
+
+def peer_harness_stats():
+    """The peer harness's per-law means and stds (over its seeds) as :func:`cell_stats`."""
+    out = {}
+    for path in sorted(PEER.glob("harness_*.json")):
+        stem = path.stem[len("harness_"):]
+        task, method = next((t, stem[len(t) + 1:]) for t in SHORT if stem.startswith(t))
+        laws = json.loads(path.read_text())
+        for j, b in enumerate(BUDGETS):
+            means = np.array([r["r2_mean"][j] for r in laws])
+            n = np.array([r["n_seeds"] for r in laws])
+            var = np.array([r["r2_std"][j] ** 2 for r in laws]) * n / np.maximum(n - 1, 1)
+            out[(task, method, b)] = (float(means.mean()),
+                                      float(np.sqrt(np.sum(var / n))) / len(laws),
+                                      len(laws), int(n.min()))
+    return out
+
+
+def _fmt(s):
+    return f"{s[0]:.2f} ± {s[1]:.2f} ({s[2]}x{s[3]})"
+
+
+def compare_report():
+    """Write ``harness_agreement.md`` and ``mspe.md`` from :data:`SCORERS_CSV`,
+    :data:`RESCORED_CSV` and ``peer/``."""
+    ours = pd.read_csv(SCORERS_CSV).drop_duplicates(KEY + ["budget"], keep="last") \
+        if SCORERS_CSV.exists() else pd.DataFrame(columns=KEY + ["budget"])
+    peer = peer_harness_stats()
+    lines = ["# Harness agreement: the benchmark's harness against ours, under one scorer", "",
+             "Generated by `python analyses/scalebench.py --compare-peer` from `scorers.csv`",
+             "(`nice -n 10 python analyses/scalebench.py --scorers-run ...`, seeds 0-9) and",
+             "`peer/harness_*.json` (the benchmark's `python -m benchmark.main --method M",
+             "--repeat 10 --n-restarts 64 --workers 1`, its seeds 0-9). Cells: mean R^2 over laws",
+             "and seeds ± its standard error (laws x seeds per law). Ours under the benchmark",
+             "scorer (scipy L-BFGS-B, the same 64 uniform starts) and its conventions (held-over",
+             "run bought at the next checkpoint; groups sorted); `compiled`: the same purchases",
+             "refitted by the project's compiled refit from the same starts. `agree`: |ours",
+             "(benchmark) - theirs| <= 2 sqrt(se_ours^2 + se_theirs^2).", "",
+             "| task | method | budget | theirs | ours, benchmark scorer | diff | agree | "
+             "ours, compiled scorer | fitter's gain |", "|---|---|---|---|---|---|---|---|---|"]
+    for m in ("random", "cheapest", "cost_random"):
+        sub = ours[ours.method == m]
+        sb = cell_stats(sub, "r2_benchmark") if len(sub) else {}
+        sc = cell_stats(sub, "r2_compiled") if len(sub) else {}
+        for task in SHORT:
+            for b in BUDGETS:
+                key = (task, PEER_NAMES[m], b)
+                mine = sb.get((task, b))
+                if key not in peer and mine is None:
+                    continue
+                th = peer.get(key)
+                cells = [_fmt(th) if th else "-", _fmt(mine) if mine else "-"]
+                if th and mine:
+                    d = mine[0] - th[0]
+                    ok = abs(d) <= 2 * np.hypot(mine[1], th[1])
+                    cells += [f"{d:+.2f}", "yes" if ok else "**no**"]
+                else:
+                    cells += ["-", "-"]
+                c = sc.get((task, b))
+                cells += [_fmt(c) if c else "-", f"{c[0] - mine[0]:+.2f}" if c and mine else "-"]
+                lines.append(f"| {SHORT[task]} | {m} | {int(b * 100)}% | " + " | ".join(cells)
+                             + " |")
+    lines += ["", "The benchmark's `v_opt` (`vopt.py`) and MSPE (`mspe.py`) run their own loop",
+              "and report their own running fit; their purchases, refitted by both scorers, are",
+              "compared with ours in `mspe.md`.", ""]
+    lines += _runtime(ours)
+    (OUT / "harness_agreement.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    mspe_report(ours)
+
+
+def _runtime(ours):
+    if ours.empty:
+        return []
+    jobs = ours.groupby(KEY).cpu_seconds.max().reset_index()
+    rt = jobs.groupby(["task", "method"]).cpu_seconds.agg(["mean", "count"])
+    lines = ["## CPU seconds per (law, seed) job, both scorers included", "",
+             "| task | method | jobs | mean CPU s/job |", "|---|---|---|---|"]
+    for (t, m), r in rt.iterrows():
+        lines.append(f"| {SHORT[t]} | {m} | {int(r['count'])} | {r['mean']:.0f} |")
+    return lines + [""]
+
+
+def mspe_report(ours):
+    resc = pd.read_csv(RESCORED_CSV) if RESCORED_CSV.exists() else pd.DataFrame(
+        columns=KEY + ["budget"])
+    lines = ["# `mspe` against the benchmark's own MSPE code, and `bayes` against `mspe`", "",
+             "Generated by `python analyses/scalebench.py --compare-peer`. `peer_mspe` /",
+             "`peer_vopt`: the runs the benchmark's `mspe.py` / `vopt.py` bought (its repeats,",
+             "seeds 42 + r), refitted by each scorer (`peer_rescored.csv`, `--rescore-peer`);",
+             "`own`: the peer's own running fit, which is what its published numbers report.",
+             "Ours: `scorers.csv`. Cells: mean ± standard error over laws and seeds (laws x",
+             "seeds per law); `agree`: within 2 standard errors of the difference.", ""]
+    for scorer in ("benchmark", "compiled"):
+        col = f"r2_{scorer}"
+        lines += [f"## Scorer: {scorer}", "",
+                  "| task | budget | peer_mspe | mspe (ours) | agree | peer_vopt | v_opt (ours) | "
+                  "agree | peer_mspe own fit |", "|---|---|---|---|---|---|---|---|---|"]
+        for task in SHORT:
+            for b in BUDGETS:
+                cells, any_ = [], False
+                for pm, om in (("peer_mspe", "mspe"), ("peer_vopt", "v_opt")):
+                    p = cell_stats(resc[resc.method == pm], col).get((task, b)) if len(resc) else None
+                    o = cell_stats(ours[ours.method == om], col).get((task, b)) if len(ours) else None
+                    any_ |= bool(p or o)
+                    cells += [_fmt(p) if p else "-", _fmt(o) if o else "-"]
+                    cells.append(("yes" if abs(o[0] - p[0]) <= 2 * np.hypot(o[1], p[1])
+                                  else "**no**") if p and o else "-")
+                own = cell_stats(resc[resc.method == "peer_mspe"], "r2_own").get((task, b)) \
+                    if len(resc) else None
+                cells.append(_fmt(own) if own else "-")
+                if any_:
+                    lines.append(f"| {SHORT[task]} | {int(b * 100)}% | " + " | ".join(cells)
+                                 + " |")
+        lines.append("")
+    lines += ["## `bayes` against `mspe`, paired (same task, law, seed, scorer)", "",
+              "Mean of `bayes - mspe` over the (law, seed) pairs both ran ± its standard error",
+              "(over the pairs); both scorers.", "",
+              "| task | budget | pairs | bayes (benchmark) | mspe (benchmark) | diff | "
+              "bayes (compiled) | mspe (compiled) | diff |", "|---|---|---|---|---|---|---|---|---|"]
+    if len(ours):
+        b_ = ours[ours.method == "bayes"]
+        m_ = ours[ours.method == "mspe"]
+        both = b_.merge(m_, on=["task", "law", "seed", "budget"], suffixes=("_b", "_m"))
+        for (task, bud), sub in both.groupby(["task", "budget"]):
+            cells = []
+            for s in ("benchmark", "compiled"):
+                d = sub[f"r2_{s}_b"] - sub[f"r2_{s}_m"]
+                se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else np.nan
+                cells += [f"{sub[f'r2_{s}_b'].mean():.2f}", f"{sub[f'r2_{s}_m'].mean():.2f}",
+                          f"{d.mean():+.2f} ± {se:.2f}"]
+            lines.append(f"| {SHORT[task]} | {int(bud * 100)}% | {len(sub)} | "
+                         + " | ".join(cells) + " |")
+    lines += [""]
+    if len(resc) and "peer_seconds" in resc:
+        rt = resc.drop_duplicates(KEY).groupby(["task", "method"]).peer_seconds.agg(
+            ["mean", "count"])
+        lines += ["## Wall seconds of the peer's code per (law, repeat), niced on a shared "
+                  "2-core machine", "", "| task | method | repeats | mean s |", "|---|---|---|---|"]
+        for (t, m), r in rt.iterrows():
+            lines.append(f"| {SHORT[t]} | {m} | {int(r['count'])} | {r['mean']:.0f} |")
+        lines.append("")
+    lines += _runtime(ours)
+    (OUT / "mspe.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
