@@ -24,6 +24,11 @@ Run (niced; ``--workers`` processes):
         --methods bayes              # how many of 64 starts reach the best basin: jax and scipy
     nice -n 10 python analyses/scalebench.py --purchases farseer_scaling_law sl_1 --seeds 0-9 \
         --methods bayes,v_opt        # what was bought; the refit's basin-hit rate and expected R^2
+    nice -n 10 python analyses/scalebench.py --scorers-run --tasks farseer_scaling_law \
+        --methods random,v_opt,mspe,bayes --seeds 0-9   # both scorers, the benchmark's conventions
+    nice -n 10 python analyses/scalebench.py --rescore-peer   # the peer's purchases, both scorers
+    python analyses/scalebench.py --compare-peer    # harness_agreement.md, mspe.md
+    (analyses/scalebench_peer.py says what each writes)
 """
 from __future__ import annotations
 
@@ -615,9 +620,26 @@ def main(argv=None, compile_cache=None):
     ap.add_argument("--time-jobs", nargs="+", metavar="TASK:LAW:SEED")
     ap.add_argument("--basin", nargs=2, metavar=("TASK", "LAW"))
     ap.add_argument("--purchases", nargs=2, metavar=("TASK", "LAW"))
+    ap.add_argument("--scorers-run", action="store_true",
+                    help="run --methods on --tasks/--seeds under both scorers (scorers.csv)")
+    ap.add_argument("--rescore-peer", action="store_true",
+                    help="refit the peer code's recorded purchases (peer/) with both scorers")
+    ap.add_argument("--compare-peer", action="store_true",
+                    help="write harness_agreement.md and mspe.md")
     a = ap.parse_args(argv)
     if a.compile_cache:
         scaleout.use_compile_cache(a.compile_cache)  # this process and the workers it starts
+    if a.scorers_run or a.rescore_peer or a.compare_peer:
+        import scalebench_peer as peer
+
+        if a.scorers_run:
+            peer.run_scorers(a.methods.split(","), parse_seeds(a.seeds), a.tasks.split(","),
+                             a.data_dir, a.laws.split(",") if a.laws else None)
+        if a.rescore_peer:
+            peer.rescore_peer(a.data_dir)
+        if a.compare_peer:
+            peer.compare_report()
+        return 0
     if a.speed:
         return speed(a.data_dir)
     if a.diagnose:
