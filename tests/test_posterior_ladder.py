@@ -93,11 +93,14 @@ def test_divergences_ask_for_a_smaller_step_after_a_longer_warmup():
 
 
 def test_ess_alone_asks_for_the_draws_its_ess_per_draw_implies():
-    # 100 effective draws of the 400 needed: 1.25 * 4 = 5x the draws, rounded up to 8x
-    action, why, new = nuts.next_attempt(_diag(min_ess_tail=100.0, worst_ess_tail="alpha"),
+    # 250 effective draws of the 400 needed: 1.25 * 1.6 = 2x the draws
+    action, why, new = nuts.next_attempt(_diag(min_ess_tail=250.0, worst_ess_tail="alpha"),
                                          FIRST, FIRST, 2000)
-    assert action == "more draws" and "alpha" in why
-    assert new["num_samples"] == 8000 and new["num_warmup"] == 1000  # within 16000 - 2000
+    assert action == "more draws" and "alpha" in why and "2.0x" in why
+    assert new["num_samples"] == 2000 and new["num_warmup"] == 1000
+    # 100 of 400: 5x, rounded up to 8x, but at most LADDER_MAX_DRAWS_STEP (4x) in one retry
+    _, _, new = nuts.next_attempt(_diag(min_ess_tail=100.0), FIRST, FIRST, 2000)
+    assert new["num_samples"] == nuts.LADDER_MAX_DRAWS_STEP * 1000 == 4000
     # with less budget left, the largest affordable power of two
     _, _, new = nuts.next_attempt(_diag(min_ess_tail=100.0), FIRST, FIRST, 12000)
     assert new["num_samples"] == 2000

@@ -100,10 +100,11 @@ def fit_posterior(
         retries: how many times a mode's NUTS run that fails its checks is run again before
             the posterior is marked failed (default 3; 0: never). Each retry is chosen from what
             failed, worst first: divergences or a low BFMI -> a smaller step (``target_accept``
-            ``t`` -> ``1 - (1 - t) / 4``) after twice the warm-up; R-hat or chains split into
-            groups -> a restart from the pooled draws after twice the warm-up; bulk/tail ESS alone
-            -> more draws (the power of two that the measured ESS per draw says brings the
-            worst ESS 25% past its threshold). Every retry starts its chains at draws of the
+            ``t`` -> ``1 - (1 - t) / 4``) after twice the warm-up; chains split into groups ->
+            a restart from the pooled draws after twice the warm-up; R-hat or bulk/tail ESS ->
+            a longer run: the draws multiplied by the power of two (2 to 4 per retry) that the
+            measured ESS per draw says brings the worst ESS 25% past its threshold, and twice
+            the warm-up if R-hat failed. Every retry starts its chains at draws of the
             previous attempt (divergent ones left out) and whitens the space by those draws'
             covariance rather than the Laplace covariance at the mode (which misfits ridges and
             curved posteriors). The warm-up grows to at most 4x the first attempt's and the
@@ -308,8 +309,8 @@ def _sides(spec, data, vdf, modes, kw):
 def _escalate(models, first, vdf, rng, seed, nuts_kw, retries, whitened_by, start):
     """The escalation ladder: retry each run that fails its checks, at most ``retries`` times
     within the cost cap, each retry chosen by :func:`~.nuts.next_attempt` from what failed
-    (divergences: a smaller step after a longer warm-up; R-hat: a restart from the pooled draws
-    after a longer warm-up; ESS alone: more draws), started at draws of the previous attempt and
+    (divergences: a smaller step after a longer warm-up; chains split into groups: a restart
+    from the pooled draws after a longer warm-up; R-hat or ESS: a longer run), started at draws of the previous attempt and
     whitened by their covariance (:func:`~.nuts.draws_whitening`). ``first[k]`` is mode ``k``'s
     first run and its seconds; ``models[k]`` the ``(spec, data)`` it is sampled in.
 

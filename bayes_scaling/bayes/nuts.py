@@ -249,7 +249,8 @@ def run_modes(models, modes, *, whiten, rng, seed, num_chains, **kw):
 # - chains split into groups with different means: twice the warm-up, from the pooled draws;
 # - R-hat or ESS: a longer run. ESS grows in proportion to the draws at a given ESS per draw, so
 #   the draws are multiplied by the power of two that brings the worst ESS 25% above its
-#   threshold (at least 2); a failing R-hat (with few effective draws as likely noise as
+#   threshold (at least 2, at most 4 per retry: the next retry sizes the rest from its own ESS
+#   per draw, which the whitening by the draws usually raises); a failing R-hat (with few effective draws as likely noise as
 #   disagreement) also doubles the warm-up.
 #
 # The warm-up grows to at most ``LADDER_MAX_WARMUP`` times the first attempt's, and all the
@@ -258,6 +259,9 @@ def run_modes(models, modes, *, whiten, rng, seed, num_chains, **kw):
 LADDER_RETRIES = 3
 LADDER_COST_CAP = 8.0
 LADDER_MAX_WARMUP = 4
+# at most this many times the draws per retry: the retry's whitening by the draws usually raises
+# the ESS per draw, so a large shortfall is sized again from the retry's own ESS
+LADDER_MAX_DRAWS_STEP = 4
 
 
 def next_attempt(diag, kw, first, spent):
@@ -300,7 +304,7 @@ def next_attempt(diag, kw, first, spent):
                            f"{ess / (S * kw['num_chains']):.3f} per draw: about {factor:.1f}x the "
                            "draws needed)")
         why = "; ".join(reasons)
-        m = 2 ** int(np.ceil(np.log2(max(factor, 2.0))))
+        m = min(2 ** int(np.ceil(np.log2(max(factor, 2.0)))), LADDER_MAX_DRAWS_STEP)
         while m >= 2 and new["num_warmup"] + m * S > budget:
             m //= 2
         if m < 2:
