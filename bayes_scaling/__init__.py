@@ -5,7 +5,14 @@ Public surface (DESIGN.md): ``bs.laws``, ``bs.fit_map``, ``bs.fit_posterior``, `
 """
 import jax as _jax
 
+from scaleout import use_user_compile_cache as _use_user_compile_cache
+
 _jax.config.update("jax_enable_x64", True)
+#: Where this process keeps the programs JAX compiles, so that the next process loads them instead
+#: of compiling (``$XDG_CACHE_HOME/bayes-scaling/jax/<jax release>``); None when the user
+#: configured JAX's cache already, set ``BAYES_SCALING_NO_CACHE=1``, or ``filelock`` is missing
+#: (docs/scaleout.md, "The compilation cache").
+compile_cache_dir = _use_user_compile_cache("bayes-scaling", "BAYES_SCALING_NO_CACHE")
 
 from . import errors, laws  # noqa: E402,F401
 from .errors import (BayesScalingError, ConvergenceWarning, DataError, FitError,  # noqa: E402,F401

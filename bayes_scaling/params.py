@@ -149,7 +149,7 @@ def pad_rows(x: Mapping, y, to: int | None = None):
     program (compilation dominates protocols of hundreds of small fits)."""
     n = len(y)
     rep = (row_bucket(n) if to is None else to) - n
-    if rep:
-        x = {k: jnp.concatenate([v, jnp.full((rep,), v[0])]) for k, v in x.items()}
-        y = jnp.concatenate([y, jnp.full((rep,), y[0])])
-    return x, y, jnp.concatenate([jnp.ones(n), jnp.zeros(rep)])
+    if rep:  # in numpy: the same values, without a compiled program per table size
+        x = {k: jnp.asarray(np.concatenate([v, np.full(rep, v[0])])) for k, v in x.items()}
+        y = jnp.asarray(np.concatenate([y, np.full(rep, y[0])]))
+    return x, y, jnp.asarray(np.concatenate([np.ones(n), np.zeros(rep)]))

@@ -21,8 +21,11 @@ from .base import (
     Executor,
     ScaleoutError,
     WorkerDiedError,
+    compile_cache_configured,
     compile_cache_env,
     use_compile_cache,
+    use_user_compile_cache,
+    user_cache_dir,
     worker_env,
 )
 from .local import LocalExecutor, SerialExecutor
@@ -30,8 +33,9 @@ from .local import LocalExecutor, SerialExecutor
 KINDS = ("serial", "local", "ray")
 
 __all__ = ["KINDS", "Executor", "LocalExecutor", "ScaleoutError", "SerialExecutor",
-           "WorkerDiedError", "add_arguments", "compile_cache_env", "from_arguments",
-           "get_executor", "use_compile_cache", "worker_env"]
+           "WorkerDiedError", "add_arguments", "compile_cache_configured", "compile_cache_env",
+           "from_arguments", "get_executor", "use_compile_cache", "use_user_compile_cache",
+           "user_cache_dir", "worker_env"]
 
 
 def get_executor(kind="local", *, workers: int | None = None, address: str | None = None,

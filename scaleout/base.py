@@ -39,6 +39,61 @@ def use_compile_cache(path) -> None:
             jax.config.update(name, value)
 
 
+def compile_cache_configured(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether JAX's persistent compilation cache was already given a directory: by
+    ``JAX_COMPILATION_CACHE_DIR`` (e.g. set by :func:`use_compile_cache` in a parent process) or,
+    once JAX is imported, by ``jax.config``."""
+    environ = os.environ if environ is None else environ
+    if environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return True
+    jax = sys.modules.get("jax")
+    return bool(jax is not None and jax.config.jax_compilation_cache_dir)
+
+
+def user_cache_dir(app: str, environ: Mapping[str, str] | None = None):
+    """``$XDG_CACHE_HOME/<app>/jax/<jax version>`` (``~/.cache`` without ``XDG_CACHE_HOME``): one
+    folder per JAX release, so an upgrade starts afresh and the old folder can be deleted."""
+    from importlib.metadata import PackageNotFoundError, version
+    from pathlib import Path
+
+    environ = os.environ if environ is None else environ
+    base = Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    try:
+        release = f"jax-{version('jax')}-jaxlib-{version('jaxlib')}"
+    except PackageNotFoundError:
+        release = "jax-unknown"
+    return base / app / "jax" / release
+
+
+def use_user_compile_cache(app: str, off_variable: str,
+                           environ: Mapping[str, str] | None = None):
+    """Give this process (and those it starts) the persistent compilation cache of
+    :func:`use_compile_cache` at :func:`user_cache_dir`, so that a command run again loads the
+    programs it compiled last time instead of compiling them. Nothing is changed when the cache is
+    already configured (:func:`compile_cache_configured`: the user's own choice, or a parent's
+    shared cache), when the variable ``off_variable`` is set to anything but ``""`` or ``"0"``,
+    when the ``filelock`` package is missing (the size bound's file lock keeps concurrent
+    processes from reading half-written entries) or when the folder cannot be created.
+
+    Returns:
+        the folder used, or None.
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get(off_variable, "") not in ("", "0") or compile_cache_configured(environ):
+        return None
+    try:
+        import filelock  # noqa: F401
+    except ImportError:
+        return None
+    path = user_cache_dir(app, environ)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    use_compile_cache(path)
+    return path
+
+
 class ScaleoutError(RuntimeError):
     """A bad executor setting (unknown name, bad worker count, unreachable cluster)."""
 

@@ -36,6 +36,7 @@ import pandas as pd
 from scipy.spatial import ConvexHull, QhullError
 
 from ..errors import FitError
+from ..params import row_bucket
 from .model import theta_s_batch
 from .modes import find_modes, map_stage
 from .predictive import ParamDraws, as_draws
@@ -44,7 +45,8 @@ from .spec import data_pytree, make_spec
 __all__ = ["CUTS", "INTERVAL_VERSION", "MU_SCALE", "NULL_REPLICATES", "POWERS", "TAU_GRID",
            "TAU_SCALE", "WIDTH_POWERS", "FittedRange", "calibrate_rows", "directions",
            "extrapolation", "fitted_table", "input_columns", "null_statistics", "rehearsal_rows",
-           "rehearsal_spec", "sample_discrepancy", "signature_grid", "tau_posterior"]
+           "rehearsal_spec", "rehearse", "rehearsed_directions", "sample_discrepancy",
+           "signature_grid", "tau_posterior"]
 
 #: Cut points of a rehearsal: the rows beyond these fractions of an axis' log range are held out.
 CUTS = (0.6, 0.75, 0.85)
@@ -71,6 +73,10 @@ MAP_STARTS = 8
 NULL_REPLICATES = 20
 #: A row closer than this to the fitted hull (in scaled log units) is inside it.
 HULL_TOL = 1e-9
+#: At most this many hull-facet directions are rehearsed ahead of forecasts (:func:`rehearse`);
+#: a table with more (many input columns, scattered rows) rehearses the rest when a forecast
+#: first leaves the hull through them.
+MAX_HULL_DIRECTIONS = 16
 
 
 def fitted_table(post) -> pd.DataFrame:
@@ -187,6 +193,63 @@ def directions(signature: str) -> list[dict]:
     return [{a[:-1]: 1.0 if a[-1] == "+" else -1.0} for a in signature.split(",")]
 
 
+def _direction_key(direction: dict) -> str:
+    """``{"N": 0.7, "D": -0.7}`` -> ``"D-0.7 N+0.7"``: one name per direction, whatever the order."""
+    return " ".join(f"{c}{w:+.1f}" for c, w in sorted(direction.items()))
+
+
+def rehearsed_directions(post) -> list[dict]:
+    """Every direction a forecast of ``post`` can leave its fitted range in: both sides of each
+    input column of the fitted table, then the outward normals of its hull's facets that are not
+    along one column (to one decimal, as :func:`extrapolation` names them; at most
+    :data:`MAX_HULL_DIRECTIONS` of them, those of the largest facets' normals first)."""
+    r = FittedRange(fitted_table(post), input_columns(post.law))
+    out = [{c: side} for c in r.cols for side in (1.0, -1.0)]
+    if r.facets is not None and len(r.F):
+        seen = {_direction_key(u) for u in out}
+        for normal in r.facets[0]:
+            sig = " ".join(f"{c}{u:+.1f}" for c, u in zip(r.cols, normal) if round(u, 1) != 0)
+            (u,) = directions("hull " + sig)
+            if _direction_key(u) not in seen and len(seen) - len(out) < MAX_HULL_DIRECTIONS:
+                seen.add(_direction_key(u))
+                out.append(u)
+    return out
+
+
+def rehearse(post, directions=None) -> dict:
+    """The rehearsal rows (:func:`rehearsal_rows`) of every direction a forecast can need
+    (:func:`rehearsed_directions`, or the ``directions`` given), computed once per posterior and
+    kept in ``post.settings["rehearsal"]`` (JSON: :meth:`Posterior.save` writes them, so a loaded
+    posterior forecasts without fitting). Directions already there are not rehearsed again.
+
+    Returns:
+        ``{direction name: {"row", "cut", "r", "v0", "d", "q": lists, "failed_cuts": list}}``.
+    """
+    store = post.settings.setdefault("rehearsal", {})
+    table = None
+    for u in rehearsed_directions(post) if directions is None else directions:
+        key = _direction_key(u)
+        if key not in store:
+            table = fitted_table(post) if table is None else table
+            rows = rehearsal_rows(post, u, table)
+            store[key] = {**{k: rows[k].tolist() for k in _REHEARSAL_COLUMNS},
+                          "failed_cuts": list(rows.attrs["failed_cuts"])}
+    return store
+
+
+_REHEARSAL_COLUMNS = ("row", "cut", "r", "v0", "d", "q")
+
+
+def _rehearsed(post, direction: dict) -> pd.DataFrame:
+    """The rehearsal rows along ``direction`` of the fitted table: those kept in
+    ``post.settings["rehearsal"]`` (:func:`rehearse`), else rehearsed now and kept there."""
+    saved = rehearse(post, [direction])[_direction_key(direction)]
+    rows = pd.DataFrame({k: np.asarray(saved[k], int if k == "row" else float)
+                         for k in _REHEARSAL_COLUMNS})
+    rows.attrs["failed_cuts"] = list(saved["failed_cuts"])
+    return rows
+
+
 def rehearsal_spec(post):
     """The posterior's model (law, priors, likelihood, fixed values, sampling coordinates) for
     the rehearsal refits, and a note when its priors cannot be rebuilt (a loaded posterior with
@@ -231,8 +294,12 @@ def _laplace_log_draws(spec, starts, train, test, seed):
               for n in law.param_names}
     sigma = np.asarray(theta["sigma"]) if "sigma" in theta else np.full(S, spec.scale)
     draws = ParamDraws(law, params, sigma, spec.likelihood, spec.c, spec.student_df)
+    # the held-out rows padded to a row bucket (copies of the first): every cut of every
+    # direction then shares the predictive's compiled programs; the copies are cut off
+    m = len(test)
+    padded = test.iloc[np.r_[np.arange(m), np.zeros(row_bucket(m) - m, int)]]
     with np.errstate(all="ignore"):
-        y = np.log(draws.predict_draws(test, "predictive", seed=seed))
+        y = np.log(draws.predict_draws(padded, "predictive", seed=seed))[:, :m]
     return np.where(np.isfinite(y), y, np.nan)
 
 
@@ -449,9 +516,10 @@ def sample_discrepancy(grid: dict, d: np.ndarray, n_draws: int, rng):
 
 def signature_grid(post, signature: str, calibrated: bool = False) -> dict:
     """The grid posterior of the discrepancy (:func:`tau_posterior`) for rows leaving the fitted
-    range along ``signature`` (:func:`extrapolation`): rehearsal rows pooled over its directions,
-    cached in ``post.settings["discrepancy_grid"]`` (saved with the posterior; a grid saved without
-    ``mu`` is recomputed). ``basis`` says what it rests on (the rehearsal's rows, or the prior
+    range along ``signature`` (:func:`extrapolation`): rehearsal rows pooled over its directions
+    (those :func:`rehearse` kept, else rehearsed now), cached in
+    ``post.settings["discrepancy_grid"]`` (saved with the posterior; a grid saved without ``mu``
+    is recomputed). ``basis`` says what it rests on (the rehearsal's rows, or the prior
     alone when no cut was possible). ``calibrated``: each direction's rows are first corrected by
     the rehearsal's null (:func:`null_statistics`, :func:`calibrate_rows`) and scored per cut with
     its correlation (cached under ``"calibrated " + signature``)."""
@@ -461,7 +529,7 @@ def signature_grid(post, signature: str, calibrated: bool = False) -> dict:
         table = fitted_table(post)
         parts, failed = [], []
         for j, u in enumerate(directions(signature)):
-            rows = rehearsal_rows(post, u, table)
+            rows = _rehearsed(post, u)
             failed += [f"{q:g} along {u}" for q in rows.attrs["failed_cuts"]]
             if calibrated and len(rows):
                 rows = calibrate_rows(rows, null_statistics(post, u, table))

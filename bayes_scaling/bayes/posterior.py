@@ -19,6 +19,7 @@ from .intervals import (
     extrapolation,
     fitted_table,
     input_columns,
+    rehearse,
     sample_discrepancy,
     signature_grid,
 )
@@ -278,9 +279,29 @@ class Posterior:
         return out
 
     # --- persistence -----------------------------------------------------------------------------
-    def save(self, path):
+    def prepare_forecasts(self) -> None:
+        """Compute, once, what the posterior's default predictive needs beyond its draws: with
+        ``discrepancy`` ``"auto"`` or ``"calibrated"`` (the default), the rehearsal of every
+        direction a forecast can leave the fitted range in
+        (:func:`~bayes_scaling.bayes.intervals.rehearse`: the law refitted on inner cuts of the
+        training table), kept in ``settings["rehearsal"]``; :meth:`save` calls it, so a loaded
+        posterior forecasts without fitting anything. (``"calibrated"``'s null replicates and
+        the expansion's linear algebra, which fits nothing, are computed when first asked for.)
+        """
+        mode = self.settings.get("discrepancy", "auto")
+        if isinstance(mode, str) and mode in ("auto", "calibrated"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the refits' own warnings; failed cuts are kept
+                rehearse(self)
+
+    def save(self, path, prepare: bool = True):
         """Write the posterior as netCDF; the law, settings, MAP, diagnostics and modes go into the
-        ``posterior`` group's ``bayes_scaling`` attribute (JSON)."""
+        ``posterior`` group's ``bayes_scaling`` attribute (JSON). With ``prepare`` (default) the
+        default predictive's rehearsal is computed first (:meth:`prepare_forecasts`) and saved,
+        so the loaded posterior's forecasts fit nothing; ``prepare=False`` saves what has been
+        computed so far (the rest is computed when a forecast first needs it)."""
+        if prepare:
+            self.prepare_forecasts()
         settings = {k: v for k, v in self.settings.items() if not k.startswith("_")}
         if self.settings.get("_discrepancy_axis") is not None:
             warnings.warn("the discrepancy axis (a function) is not saved; pass it again after "
