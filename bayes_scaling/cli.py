@@ -2,7 +2,7 @@
 
     bayes-scaling laws                                    list laws with equations and parameters
     bayes-scaling fit --law NAME table.csv --delta D      robust MAP fit; prints params and metrics
-    bayes-scaling demo                                    fit Chinchilla on Epoch's bundled points
+    bayes-scaling demo                                    Chinchilla's posterior and 70B forecast
     bayes-scaling datasets                                list bundled loss tables
     bayes-scaling posterior --law NAME table.csv --out p.nc   posterior (NUTS or Laplace), saved
     bayes-scaling forecast p.nc new.csv [--interval 0.9]  forecast intervals at new rows
@@ -137,10 +137,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--figure", help="write the paper's Figure 2 for the plan (PNG)")
     s.set_defaults(func=cmd_plan)
 
-    s = sub.add_parser("demo", help="fit Chinchilla on the bundled Epoch points and print metrics")
-    s.add_argument("--n-starts", type=positive_int, default=64,
-                   help="multi-start size (default 64)")
-    s.add_argument("--seed", type=int, default=0, help="seed of the initial points (default 0)")
+    s = sub.add_parser("demo", help="Chinchilla on Epoch's bundled points: a posterior, the "
+                                    "forecast at 70B parameters and 1.4T tokens with its 90% "
+                                    "interval and where its width comes from, a fan chart")
+    s.add_argument("--draws", type=positive_int, default=1000,
+                   help="posterior draws (default 1000; NUTS: per chain, after as many warm-up)")
+    s.add_argument("--method", choices=("laplace", "nuts"), default="laplace",
+                   help="posterior approximation (default laplace)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the posterior and forecasts")
+    s.add_argument("--figure", default="demo_fan_chart.png",
+                   help="where to write the fan chart (PNG; default demo_fan_chart.png)")
     s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("datasets", help="list bundled loss tables")

@@ -3,10 +3,12 @@ plan."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 import warnings
 
+import numpy as np
 import pandas as pd
 
 from . import checks, datasets, laws, plan
@@ -71,15 +73,96 @@ def cmd_fit(args) -> None:
         print(f"saved {args.figure}")
 
 
+#: The demo's forecast target: Chinchilla itself (Hoffmann et al. 2022), a model the table does not
+#: contain: 70B parameters trained on 1.4T tokens.
+DEMO_TARGET = {"N": 70e9, "D": 1.4e12}
+#: Tokens per parameter of the demo's fan chart: Chinchilla's compute-optimal rule of thumb.
+DEMO_TOKENS_PER_PARAM = 20.0
+#: Epoch AI's published estimate of the law on the same points (Besiroglu et al. 2024).
+EPOCH_ESTIMATE = {"E": 1.817, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658}
+
+
+def _sides(signature: str) -> str:
+    """A discrepancy signature (``"D+,N+"``, ``"hull N+0.9 D+0.4"``) in words."""
+    if not signature:
+        return "inside the table"
+    if signature.startswith("hull"):
+        return "beyond the table's hull (each input within its range, the combination not)"
+    words = {"+": "above", "-": "below"}
+    return ", ".join(f"{s[:-1]} {words[s[-1]]}" for s in signature.split(",")) + " its range"
+
+
 def cmd_demo(args) -> None:
+    """Chinchilla's law on Epoch's points: a posterior, the forecast at Chinchilla itself (70B
+    parameters, 1.4T tokens) with its 90% interval, how far that extrapolates, where the
+    interval's width comes from, and a fan chart along 20 tokens per parameter."""
+    from .bayes.intervals import extrapolation, fitted_table, input_columns
+    from .plots import fan_chart
+
+    check_writable(args.figure, "--figure")
     df = datasets.load("chinchilla_epoch")
-    kept = df[df["epoch_kept"]]
-    print("Chinchilla law on Epoch AI's re-extraction of Hoffmann et al. (2022), the 240 points "
-          "Epoch kept; Huber(delta=1e-3) on log residuals, as Epoch fitted it.\n"
-          "Epoch's published estimate: A=482.01 B=2085.43 E=1.817 alpha=0.3478 beta=0.3658\n")
-    with step(f"MAP fit of chinchilla ({args.n_starts} starts)"):
-        fit = fit_map("chinchilla", kept, delta=1e-3, n_starts=args.n_starts, seed=args.seed)
-    print_fit(fit, kept)
+    kept = df[df["epoch_kept"]].reset_index(drop=True)
+    print(f"Chinchilla's law L = E + A/N^alpha + B/D^beta on Epoch AI's re-extraction of Hoffmann "
+          f"et al. (2022), the {len(kept)} runs Epoch kept (N up to {kept.N.max():.3g} parameters, "
+          f"D up to {kept.D.max():.3g} tokens); Huber likelihood on log losses.")
+    what = (f"posterior: mode search, then " + (f"NUTS (2 chains x {args.draws} draws)"
+            if args.method == "nuts" else f"Laplace ({args.draws} draws)"))
+    with step(what), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # reported below
+        if args.method == "nuts":
+            use_chain_devices(2)
+        post = fit_posterior("chinchilla", kept, method=args.method, seed=args.seed,
+                             num_chains=2 if args.method == "nuts" else 1,
+                             num_warmup=args.draws, num_samples=args.draws,
+                             progress_bar=False, allow_unconverged=True)
+    print(f"\n{post!r}" + ("" if post.ok else f"  <- {unconverged_label(post)}; shown labelled"))
+    print(f"\n  {'':6s} {'median':>9s}  {'90% interval':>21s}  {'Epoch':>8s}")
+    for name in [*post.param_names]:
+        x = post.draws(name)
+        lo, med, hi = np.quantile(x, [0.05, 0.5, 0.95])
+        ref = f"{EPOCH_ESTIMATE[name]:8.4g}" if name in EPOCH_ESTIMATE else ""
+        print(f"  {name:6s} {med:9.4g}  [{lo:9.4g}, {hi:9.4g}]  {ref}")
+
+    target = pd.DataFrame({k: [v] for k, v in DEMO_TARGET.items()})
+    with step("forecast at 70B parameters, 1.4T tokens (rehearsing the extrapolation on the "
+              "table)"):
+        full = post.forecast(target, 0.9, seed=args.seed)
+    params = post.forecast(target, 0.9, kind="mean", discrepancy="off", seed=args.seed)
+    noise = post.forecast(target, 0.9, discrepancy="off", seed=args.seed)
+    f = full.iloc[0]
+    big = kept.loc[(kept.N * kept.D).idxmax()]
+    _, sig = extrapolation(fitted_table(post), target, input_columns(post.law))
+    print(f"\nForecast for Chinchilla itself: N = 70B parameters, D = 1.4T tokens (not in the "
+          f"table)\n  loss {f['median']:.3f}, 90% interval [{f['lower']:.3f}, {f['upper']:.3f}] "
+          f"(a new measurement; posterior median of the law {params['median'].iloc[0]:.3f})")
+    print(f"  extrapolation: distance {f['extrapolation']:.2f} fitted widths (log space) "
+          f"beyond the table, {_sides(sig[0])}; the table's largest run is N = {big.N:.3g}, "
+          f"D = {big.D:.3g} ({DEMO_TARGET['N'] * DEMO_TARGET['D'] / (big.N * big.D):.0f}x less "
+          "compute)")
+    rows = [("parameter uncertainty (the law's value)", params),
+            ("+ observation noise", noise), ("+ model discrepancy (the default interval)", full)]
+    var = [float(r["sd"].iloc[0]) ** 2 for _, r in rows]
+    print("\n  Why it is that wide: the 90% interval as each source is added")
+    print(f"  {'':44s} {'width':>6s}  {'share of variance':>17s}")
+    for i, (label, r) in enumerate(rows):
+        share = (var[i] - (var[i - 1] if i else 0.0)) / var[-1]
+        print(f"  {label:44s} {float(r['upper'].iloc[0] - r['lower'].iloc[0]):6.3f}  "
+              f"{100 * share:16.0f}%")
+    print(f"  discrepancy: tau {f['discrepancy_tau']:.3g} per fitted width, shift "
+          f"{f['discrepancy_shift']:+.3g} (log loss); {f['discrepancy_basis']}")
+
+    C = 6.0 * kept.N * kept.D
+    N = np.geomspace(np.sqrt(C.min() / (6 * DEMO_TOKENS_PER_PARAM)), 1.5 * DEMO_TARGET["N"], 200)
+    line = pd.DataFrame({"N": N, "D": DEMO_TOKENS_PER_PARAM * N})
+    line["C"] = 6.0 * line.N * line.D
+    with step(f"fan chart along D = {DEMO_TOKENS_PER_PARAM:g} N ({len(line)} points)"):
+        fan_chart(post, line, "C", data=kept.assign(C=C), points=target.assign(C=6.0 * target.N
+                                                                               * target.D),
+                  xlabel="training compute C = 6 N D (FLOPs)", seed=args.seed, path=args.figure,
+                  title=f"Chinchilla's law on Epoch's {len(kept)} runs: forecast along D = "
+                        f"{DEMO_TOKENS_PER_PARAM:g} N, and Chinchilla (70B, 1.4T)")
+    print(f"\nfan chart (50/80/90% bands along D = {DEMO_TOKENS_PER_PARAM:g} N, the runs, the "
+          f"70B forecast): {os.path.abspath(args.figure)}")
 
 
 def cmd_datasets(args) -> None:

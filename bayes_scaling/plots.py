@@ -36,7 +36,7 @@ from matplotlib.figure import Figure
 from .errors import BayesScalingError
 
 __all__ = ["BAND_COLORS", "BAND_LEVELS", "GRID_POINTS", "RC", "band", "band_from_draws",
-           "common_draws", "dense_grid", "draw_band", "fan_chart", "fit_plot", "forecast_plot",
+           "common_draws", "dense_grid", "draw_band", "fan_chart", "fan_levels", "fit_plot", "forecast_plot",
            "grouping", "pair_plot", "parity_plot", "style", "trace_plot"]
 
 MAX_PANELS = 12
@@ -246,8 +246,8 @@ def _pct(level) -> str:
     return f"{100 * level:g}"
 
 
-def _levels_to(interval) -> tuple:
-    """The fan's levels up to ``interval``: the :data:`BAND_LEVELS` below it, and it."""
+def fan_levels(interval) -> tuple:
+    """The levels of a fan up to ``interval``: the :data:`BAND_LEVELS` below it, and it."""
     if not 0 < interval < 1:
         raise BayesScalingError(f"interval must be in (0, 1), got {interval}")
     return tuple(lv for lv in BAND_LEVELS if lv < interval) + (interval,)
@@ -274,7 +274,7 @@ def draw_band(ax, x, b: pd.DataFrame, *, color=None, label=None, median=True):
 def _band_or_line(fit, grid, kind, interval, seed=0):
     """A fan up to ``interval`` (:func:`band`), or a one-draw fit's line (median only)."""
     y = common_draws(fit, grid, kind, seed=seed)
-    return band_from_draws(y, _levels_to(interval) if y.shape[0] > 1 else ())
+    return band_from_draws(y, fan_levels(interval) if y.shape[0] > 1 else ())
 
 
 # --- figures --------------------------------------------------------------------------------------
@@ -369,7 +369,7 @@ def fit_plot(fit, df, *, x=None, panel=None, color=None, interval=0.9, kind="mea
         axes[0].legend(loc="best")
     what = "predictive" if kind == "predictive" else "credible"
     fig.suptitle(title or f"{law.name}: observed (points) and fitted (median, "
-                 f"{'/'.join(_pct(lv) for lv in _levels_to(interval))}% {what} bands)")
+                 f"{'/'.join(_pct(lv) for lv in fan_levels(interval))}% {what} bands)")
     return _save(fig, path)
 
 
@@ -438,7 +438,7 @@ def forecast_plot(fit, new_df, *, x=None, train=None, heldout=None, interval=0.9
         ax.legend(loc="best")
     what = "predictive" if kind == "predictive" else "credible"
     ax.set_title(title or f"{law.name}: forecast, "
-                 f"{'/'.join(_pct(lv) for lv in _levels_to(interval))}% {what} bands")
+                 f"{'/'.join(_pct(lv) for lv in fan_levels(interval))}% {what} bands")
     return _save(fig, path)
 
 

@@ -190,7 +190,7 @@ def test_demo_prints_the_forecast_its_decomposition_and_writes_the_fan_chart(tmp
     med, lo, hi = map(float, m.groups())
     assert lo < med < hi
     assert re.search(r"extrapolation: distance (\d\.\d+)", out).group(1) != "0.00"
-    widths = [float(w) for w in re.findall(r"^  [+a-z].{43} (\d\.\d+) +\d+%$", out, re.MULTILINE)]
+    widths = [float(w) for w in re.findall(r"^  [+a-z].{43} +(\d\.\d+) +\d+%$", out, re.MULTILINE)]
     shares = [int(s) for s in re.findall(r" (\d+)%$", out, re.MULTILINE)]
     assert len(widths) == 3 and widths[0] < widths[1] < widths[2], out
     assert widths[2] == pytest.approx(hi - lo, abs=2e-3)

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..errors import BayesScalingError
 from ..bayes.predictive import order_statistic
+from ..plots import GRID_POINTS, band, draw_band, fan_levels, style
 from .adaptation import PlanProblem, source_base_loss, thin_draws
 from .result import Plan, parse_forgetting
 
@@ -17,7 +18,30 @@ __all__ = ["plot_adaptation"]
 
 def plot_adaptation(plan: Plan, target=None, source=None, *, n_grid: int = 61, max_draws: int = 400,
                     prob_levels: Sequence[float] = (0.5, 0.9), path=None):
-    """The PTPP paper's Figure 2 for ``plan``, with the chance-constrained optimum added.
+    with style():
+        return _plot_adaptation(plan, target, source, n_grid=n_grid, max_draws=max_draws,
+                                prob_levels=prob_levels, path=path)
+
+
+def frontier_grid(replay, atpp, n: int = GRID_POINTS):
+    """A dense replay grid along a frontier known at ``replay`` (ATPP ``atpp``, ``inf``/NaN where
+    infeasible): ATPP interpolated linearly in log ATPP between neighbouring feasible points;
+    ``(replay, atpp)`` with ATPP NaN between an infeasible point and its neighbours (a gap)."""
+    r = np.asarray(replay, float)
+    a = np.asarray(atpp, float)
+    ok = np.isfinite(a) & (a > 0)
+    dense = np.linspace(r.min(), r.max(), n) if len(r) else r
+    j = np.clip(np.searchsorted(r, dense, side="right") - 1, 0, max(len(r) - 2, 0))
+    both = ok[j] & ok[np.minimum(j + 1, len(r) - 1)]
+    both |= np.isin(dense, r[ok])
+    la = np.log(np.where(ok, a, 1.0))
+    out = np.exp(np.interp(dense, r, la))
+    return dense, np.where(both, out, np.nan)
+
+
+def _plot_adaptation(plan, target, source, *, n_grid, max_draws, prob_levels, path):
+    """The PTPP paper's Figure 2 for ``plan``, with the chance-constrained optimum added, in the
+    package's style (:func:`bayes_scaling.plots.style`).
 
     Left: forgetting landscape (median forecast, relative to L_src,0 when ``max_forgetting`` was
     relative) over replay x ATPP, with the forgetting boundary ``Delta L_src = delta``. Right: the
@@ -100,14 +124,14 @@ def plot_adaptation(plan: Plan, target=None, source=None, *, n_grid: int = 61, m
 
     # Right: the target loss along the median-forecast frontier (the paper's right panel).
     ax = axes[2]
-    ok = np.isfinite(c["atpp_both_median"]).to_numpy()
-    rf = c["replay"].to_numpy()[ok]
-    if rf.size:
-        Ltf, _ = prob.losses(rf, c["atpp_both_median"].to_numpy()[ok] * plan.N)
-        a_ = (1 - plan.interval) / 2
-        ax.fill_between(100 * rf, np.quantile(Ltf, a_, axis=0), np.quantile(Ltf, 1 - a_, axis=0),
-                        color="k", alpha=0.15, label=f"{100 * plan.interval:.0f}% interval")
-        ax.plot(100 * rf, order_statistic(Ltf, 0.5), color="k", lw=2, label="median, on the frontier")
+    rf, af = frontier_grid(c["replay"].to_numpy(), c["atpp_both_median"].to_numpy())
+    if np.isfinite(af).any():
+        # the target loss along the frontier: bands from common draws on a dense replay grid
+        rows = prob.rows(rf, np.nan_to_num(af, nan=a_lo) * plan.N)
+        b = band(target, rows.rename(columns=dict(target.law.column_map)),
+                 fan_levels(plan.interval), kind="mean")
+        b.loc[np.isnan(af)] = np.nan
+        draw_band(ax, 100 * rf, b, color="k", label="median, on the frontier")
         if "atpp_both_prob" in c:
             okp = np.isfinite(c["atpp_both_prob"]).to_numpy()
             if okp.any():
