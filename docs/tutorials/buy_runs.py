@@ -19,6 +19,13 @@
 # the forecasts that matter. Because every run of the pool was in fact measured, we can buy what
 # the selection picks and see what it was worth.
 
+# %% tags=["hide-input"]
+# set-up for the rendered page (not shown there): inline figures, no notebook-widget warning
+# %matplotlib inline
+import warnings
+
+warnings.filterwarnings("ignore", message="IProgress not found")
+
 # %%
 import numpy as np
 import pandas as pd
@@ -85,7 +92,12 @@ print(f"  ... plus the selected runs:                 {target_error(after):.4f}"
 print(f"  ... plus random runs of the same cost:      {np.round(random_errors, 4)}")
 
 # %% [markdown]
-# The posterior refitted with the bought runs, and the width of its 90% intervals at the targets:
+# Read these together with the `reduction` the selection expected. A purchase is worth its cost
+# when the targets' error falls by more than random purchases of the same cost make it fall; on a
+# table whose cheap runs already pin the law down, no purchase helps much, and the expected
+# reduction says so before any compute is spent.
+#
+# The posterior refitted with the bought runs, and its 90% intervals at the targets:
 
 # %%
 post_after = bs.fit_posterior("chinchilla", after[["N", "D", "loss"]], method="laplace", seed=0)
@@ -97,6 +109,11 @@ for name, p in (("before", post), ("after", post_after)):
           f"{inside:.0%} of the {len(targets)} targets inside")
 
 # %% [markdown]
+# Narrower intervals are only worth having if they still contain the targets, so look at the
+# coverage as well as the width. The bought runs move the fitted range closer to the targets: the
+# forecasts extrapolate less, and their model-discrepancy term shrinks with that distance
+# ([Forecast intervals](../forecasting.md)).
+#
 # The same from the command line is `bayes-scaling design` on your own pool (a CSV of runs you
 # could buy, a cost column or formula, the target rows and a budget); comparing selection methods
 # over many seeds is `bs.design.run` ([guide](../guide/buy-runs.md)).

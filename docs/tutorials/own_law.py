@@ -19,6 +19,13 @@
 # Epoch AI's re-extraction of the Chinchilla runs, and compare them where it matters: on runs
 # larger than those they were fitted on.
 
+# %% tags=["hide-input"]
+# set-up for the rendered page (not shown there): inline figures, no notebook-widget warning
+# %matplotlib inline
+import warnings
+
+warnings.filterwarnings("ignore", message="IProgress not found")
+
 # %%
 import jax.numpy as jnp
 import pandas as pd
