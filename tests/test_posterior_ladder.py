@@ -118,6 +118,10 @@ def test_rhat_asks_for_a_longer_run_and_a_split_for_a_restart():
                                          FIRST, FIRST, 2000)
     assert action == "restart from the pooled draws" and "2 groups" in why
     assert new["num_warmup"] == 2000
+    # a later retry short of ESS: more draws only (R-hat's excess then is as likely noise)
+    longer = dict(FIRST, num_warmup=2000, num_samples=2000)
+    _, _, new = nuts.next_attempt(_diag(max_rhat=1.02, min_ess_bulk=300.0), longer, FIRST, 6000)
+    assert new["num_warmup"] == 2000 and new["num_samples"] == 4000
     assert nuts.next_attempt(_diag(max_rhat=float("nan")), FIRST, FIRST, 2000)[0] is None
 
 

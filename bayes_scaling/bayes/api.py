@@ -104,7 +104,7 @@ def fit_posterior(
             a restart from the pooled draws after twice the warm-up; R-hat or bulk/tail ESS ->
             a longer run: the draws multiplied by the power of two (2 to 4 per retry) that the
             measured ESS per draw says brings the worst ESS 25% past its threshold, and twice
-            the warm-up if R-hat failed. Every retry starts its chains at draws of the
+            the warm-up if R-hat failed (on a later retry only if the ESS suffices). Every retry starts its chains at draws of the
             previous attempt (divergent ones left out) and whitens the space by those draws'
             covariance rather than the Laplace covariance at the mode (which misfits ridges and
             curved posteriors). The warm-up grows to at most 4x the first attempt's and the

@@ -250,8 +250,9 @@ def run_modes(models, modes, *, whiten, rng, seed, num_chains, **kw):
 # - R-hat or ESS: a longer run. ESS grows in proportion to the draws at a given ESS per draw, so
 #   the draws are multiplied by the power of two that brings the worst ESS 25% above its
 #   threshold (at least 2, at most 4 per retry: the next retry sizes the rest from its own ESS
-#   per draw, which the whitening by the draws usually raises); a failing R-hat (with few effective draws as likely noise as
-#   disagreement) also doubles the warm-up.
+#   per draw, which the whitening by the draws may raise). A failing R-hat also doubles the
+#   warm-up, on the first retry or when the ESS suffices; on a later retry with few effective
+#   draws its excess is as likely noise as disagreement, and more draws address both.
 #
 # The warm-up grows to at most ``LADDER_MAX_WARMUP`` times the first attempt's, and all the
 # attempts of a run together cost at most ``LADDER_COST_CAP`` times the first (in sampler
@@ -296,7 +297,8 @@ def next_attempt(diag, kw, first, spent):
         reasons = []
         if rhat > RHAT_MAX:
             reasons.append(f"R-hat {rhat:.3f} > {RHAT_MAX} ({diag['worst_rhat']})")
-            new.update(num_warmup=min(2 * W, W_max))
+            if ess >= need or W == first["num_warmup"]:  # else more draws address R-hat's noise
+                new.update(num_warmup=min(2 * W, W_max))
         if ess < need:
             worst = (diag["worst_ess_bulk"] if diag["min_ess_bulk"] <= ess
                      else diag["worst_ess_tail"])
