@@ -68,7 +68,7 @@ def rescued(table):
         return bs.fit_posterior(POWER, table, **SHORT)
 
 
-# --- the policy ------------------------------------------------------------------------------------
+# --- the policy -----------------------------------------------------------------------------------
 
 def _diag(**kw):
     d = {"max_rhat": 1.002, "worst_rhat": "E", "min_ess_bulk": 900.0, "worst_ess_bulk": "E",
@@ -154,7 +154,7 @@ def test_a_mixture_of_runs_of_different_lengths_keeps_the_weights_and_repeats_no
     assert s.shape == (2, 4000, 1)
 
 
-# --- fits ------------------------------------------------------------------------------------------
+# --- fits -----------------------------------------------------------------------------------------
 
 def test_a_run_short_of_ess_is_rescued_and_recorded(rescued):
     post = rescued

@@ -104,13 +104,14 @@ def fit_posterior(
             a restart from the pooled draws after twice the warm-up; R-hat or bulk/tail ESS ->
             a longer run: the draws multiplied by the power of two (2 to 4 per retry) that the
             measured ESS per draw says brings the worst ESS 25% past its threshold, and twice
-            the warm-up if R-hat failed (on a later retry only if the ESS suffices). Every retry starts its chains at draws of the
-            previous attempt (divergent ones left out) and whitens the space by those draws'
-            covariance rather than the Laplace covariance at the mode (which misfits ridges and
-            curved posteriors). The warm-up grows to at most 4x the first attempt's and the
-            attempts of one mode together cost at most 8x the first attempt's sampler iterations
-            (``nuts.LADDER_MAX_WARMUP``, ``nuts.LADDER_COST_CAP``). A retry replaces the previous
-            draws; its settings are in ``post.diagnostics["attempts"]``.
+            the warm-up if R-hat failed (on a later retry only if the ESS suffices). Every retry
+            starts its chains at draws of the previous attempt (divergent ones left out) and
+            whitens the space by those draws' covariance rather than the Laplace covariance at
+            the mode (which misfits ridges and curved posteriors). The warm-up grows to at
+            most 4x the first attempt's and the attempts of one mode together cost at most 8x
+            the first attempt's sampler iterations (``nuts.LADDER_MAX_WARMUP``,
+            ``nuts.LADDER_COST_CAP``). A retry replaces the previous draws; its settings are in
+            ``post.diagnostics["attempts"]``.
 
     Returns:
         :class:`Posterior`. With NUTS from the modes (``init="map"``), a posterior with several
@@ -123,11 +124,12 @@ def fit_posterior(
         its side's coordinates (``post.settings["sides"]``). A mode whose run fails its checks is
         run again (``retries``, :func:`_escalate`). ``post.diagnostics["attempts"]`` holds one
         record per run of each mode (what was tried and why, its settings and the diagnostics
-        after it); ``post.diagnostics["notes"]`` records every retry and drop. ``post.modes`` lists the
-        modes with ``weight`` and their own R-hat, ESS and divergences;
+        after it); ``post.diagnostics["notes"]`` records every retry and drop. ``post.modes``
+        lists the modes with ``weight`` and their own R-hat, ESS and divergences;
         ``post.diagnostics`` holds the worst of them (and ``modes``, one summary per mode).
         A failed diagnostic (after the retries) raises a :class:`ConvergenceWarning` naming the
-        failing parameters, what failed, the attempts made and what to try; several modes raise a :class:`MultimodalWarning`.
+        failing parameters, what failed, the attempts made and what to try; several modes raise
+        a :class:`MultimodalWarning`.
     """
     check_fit_options(law, n_starts=n_starts, fixed=fixed, num_chains=num_chains,
                       num_warmup=num_warmup, num_samples=num_samples)
@@ -310,9 +312,10 @@ def _escalate(models, first, vdf, rng, seed, nuts_kw, retries, whitened_by, star
     """The escalation ladder: retry each run that fails its checks, at most ``retries`` times
     within the cost cap, each retry chosen by :func:`~.nuts.next_attempt` from what failed
     (divergences: a smaller step after a longer warm-up; chains split into groups: a restart
-    from the pooled draws after a longer warm-up; R-hat or ESS: a longer run), started at draws of the previous attempt and
-    whitened by their covariance (:func:`~.nuts.draws_whitening`). ``first[k]`` is mode ``k``'s
-    first run and its seconds; ``models[k]`` the ``(spec, data)`` it is sampled in.
+    from the pooled draws after a longer warm-up; R-hat or ESS: a longer run), started at
+    draws of the previous attempt and whitened by their covariance
+    (:func:`~.nuts.draws_whitening`). ``first[k]`` is mode ``k``'s first run and its seconds;
+    ``models[k]`` the ``(spec, data)`` it is sampled in.
 
     Returns ``(runs, diagnostics, attempts, notes)``: the last run of each mode and its
     diagnostics, one record per attempt (what, why, settings, diagnostics after it) and one note
