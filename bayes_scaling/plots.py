@@ -37,7 +37,7 @@ from .errors import BayesScalingError
 
 __all__ = ["BAND_COLORS", "BAND_LEVELS", "GRID_POINTS", "RC", "band", "band_from_draws",
            "common_draws", "dense_grid", "draw_band", "fan_chart", "fan_levels", "fit_plot", "forecast_plot",
-           "grouping", "pair_plot", "parity_plot", "style", "trace_plot"]
+           "grouping", "pair_plot", "parity_plot", "style", "styled", "trace_plot"]
 
 MAX_PANELS = 12
 MAX_COLORS = 8
@@ -359,7 +359,7 @@ def fit_plot(fit, df, *, x=None, panel=None, color=None, interval=0.9, kind="mea
             ax.scatter(gg[x], gg["loss"], s=12, color=col or DATA_COLOR, edgecolor="k",
                        linewidth=0.3, zorder=3)
         if logx:
-            ax.set_xscale("log")
+            _logx(ax)
         ax.set_xlabel(x)
         ax.set_ylabel("loss")
         ax.set_title(", ".join(f"{k}={v:g}" for k, v in zip(keys, gkey)) or law.name)
@@ -430,7 +430,7 @@ def forecast_plot(fit, new_df, *, x=None, train=None, heldout=None, interval=0.9
         ax.scatter(heldout[x], heldout["loss"], s=22, marker="x", color=HIGHLIGHT_COLOR,
                    label="held out", zorder=4)
     if logx:
-        ax.set_xscale("log")
+        _logx(ax)
     ax.set_xlabel(x)
     ax.set_ylabel("loss")
     labelled = ax.get_legend_handles_labels()[1]
@@ -480,7 +480,7 @@ def fan_chart(fit, grid, x, *, data=None, points=None, levels=BAND_LEVELS, kind=
             ax.annotate(f"{m:.3f} [{lo:.3f}, {hi:.3f}]", (row[x], hi), textcoords="offset points",
                         xytext=(-4, 6), ha="right", fontsize=8, color=HIGHLIGHT_COLOR)
     if logx:
-        ax.set_xscale("log")
+        _logx(ax)
     ax.set_xlabel(xlabel or x)
     ax.set_ylabel("loss" if kind == "mean" else "loss (a new measurement)")
     ax.legend(loc="upper right")
@@ -517,6 +517,16 @@ def pair_plot(post, path=None, var_names=None, divergences=True):
         _save(fig, path)
     plt.close(fig)
     return fig
+
+
+def _logx(ax):
+    """A log x axis whose minor ticks are labelled only when it spans less than 0.7 decades
+    (matplotlib labels some up to a decade, and they overlap)."""
+    from matplotlib.ticker import LogFormatterSciNotation
+
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(LogFormatterSciNotation(labelOnlyBase=False,
+                                                         minor_thresholds=(0.7, 0.3)))
 
 
 def _colors(n):
