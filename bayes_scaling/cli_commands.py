@@ -105,7 +105,7 @@ def cmd_demo(args) -> None:
     print(f"Chinchilla's law L = E + A/N^alpha + B/D^beta on Epoch AI's re-extraction of Hoffmann "
           f"et al. (2022), the {len(kept)} runs Epoch kept (N up to {kept.N.max():.3g} parameters, "
           f"D up to {kept.D.max():.3g} tokens); Huber likelihood on log losses.")
-    what = (f"posterior: mode search, then " + (f"NUTS (2 chains x {args.draws} draws)"
+    what = ("posterior: mode search, then " + (f"NUTS (2 chains x {args.draws} draws)"
             if args.method == "nuts" else f"Laplace ({args.draws} draws)"))
     with step(what), warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # reported below

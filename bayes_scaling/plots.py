@@ -157,7 +157,7 @@ def common_draws(fit, grid, kind: str = "predictive", *, seed: int = 0, max_draw
     if kind not in ("mean", "predictive"):
         raise BayesScalingError(f"kind must be 'mean' or 'predictive', got {kind!r}")
     grid = pd.DataFrame(grid).reset_index(drop=True)
-    kw = dict(seed=seed, max_draws=max_draws)
+    kw = {"seed": seed, "max_draws": max_draws}
     out = _call(fit, grid, "mean", **kw)
     if not len(grid):
         return out
@@ -174,10 +174,15 @@ def _discrepancy_factor(post, grid, discrepancy, *, seed, max_draws):
     """``(S, n)`` factors ``exp(loc_s(x) + scale_s(x) z_s)`` of a posterior's discrepancy, with
     one ``z_s`` per draw for every row (``1`` where a row does not extrapolate)."""
     from .bayes import extrapolation_distance
-    from .bayes.intervals import extrapolation, fitted_table, input_columns, sample_discrepancy
-    from .bayes.intervals import signature_grid
+    from .bayes.intervals import (
+        extrapolation,
+        fitted_table,
+        input_columns,
+        sample_discrepancy,
+        signature_grid,
+    )
 
-    kw = dict(seed=seed, max_draws=max_draws)
+    kw = {"seed": seed, "max_draws": max_draws}
     mode = post.settings.get("discrepancy", "auto") if discrepancy is None else discrepancy
     if isinstance(mode, str) and mode not in ("auto", "calibrated", "off"):
         # e.g. "expansion": no per-row normal (its scale is 0), the draws are smooth already
@@ -339,7 +344,7 @@ def fit_plot(fit, df, *, x=None, panel=None, color=None, interval=0.9, kind="mea
     groups = list(df.groupby(keys, sort=True)) if keys else [((), df)]
     if len(groups) > MAX_PANELS:
         return parity_plot(fit, df, interval=interval, path=path, title=title)
-    ncol = min(len(groups), 4 if len(groups) > 4 else len(groups))
+    ncol = min(len(groups), min(len(groups), 4))
     nrow = math.ceil(len(groups) / ncol)
     fig = Figure(figsize=(4.2 * ncol, 3.4 * nrow), constrained_layout=True)
     axes = fig.subplots(nrow, ncol, squeeze=False).ravel()
@@ -461,7 +466,7 @@ def fan_chart(fit, grid, x, *, data=None, points=None, levels=BAND_LEVELS, kind=
         raise BayesScalingError(f"fan_chart: the grid has no column {x!r} to plot against "
                                 f"(it has {list(grid.columns)}); add it, e.g. C = 6 N D")
     grid = pd.DataFrame(grid).reset_index(drop=True)
-    kw = dict(seed=seed, max_draws=max_draws, discrepancy=discrepancy)
+    kw = {"seed": seed, "max_draws": max_draws, "discrepancy": discrepancy}
     b = band(fit, grid, levels, kind, **kw)
     fig = Figure(figsize=(7.0, 4.6), constrained_layout=True)
     ax = fig.subplots()

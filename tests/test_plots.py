@@ -4,7 +4,6 @@ A posterior of Chinchilla is built from known draws and a known fitted table (no
 the grid beyond that table extrapolates and carries the model discrepancy (a fixed tau here:
 the rehearsed default would need fits).
 """
-import warnings
 
 import arviz as az
 import matplotlib
@@ -16,7 +15,7 @@ import bayes_scaling as bs
 from bayes_scaling import plots
 
 LAW = bs.laws.get("chinchilla")
-TRUTH = dict(E=1.69, A=406.4, alpha=0.34, B=410.7, beta=0.28)
+TRUTH = {"E": 1.69, "A": 406.4, "alpha": 0.34, "B": 410.7, "beta": 0.28}
 FITTED = pd.DataFrame({"N": np.repeat([1e8, 3e8, 1e9, 3e9], 3),
                        "D": np.repeat([1e8, 3e8, 1e9, 3e9], 3) * np.tile([5.0, 20.0, 80.0], 4)})
 

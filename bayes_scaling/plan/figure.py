@@ -5,8 +5,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import BayesScalingError
 from ..bayes.predictive import order_statistic
+from ..errors import BayesScalingError
 from ..plots import GRID_POINTS, band, draw_band, fan_levels, style
 from .adaptation import PlanProblem, source_base_loss, thin_draws
 from .result import Plan, parse_forgetting
