@@ -1,5 +1,5 @@
 # Two entry points for a fresh machine with only Python 3.11+:
-#   make demo   a posterior of Chinchilla's law on bundled real runs: a 70B forecast, its interval, a fan chart
+#   make demo   a posterior on bundled real runs: a 70B forecast, its interval, a fan chart
 #   make test   run the test suite (what CI runs)
 #   make docs   build the documentation site into site/ (tutorials executed; warnings are errors)
 PY ?= python3
