@@ -102,14 +102,19 @@ print("law assumed exact:        ",
 # ## A fan chart
 #
 # Along the compute-optimal line (20 tokens per parameter), the nested 50/80/90% bands of the
-# forecast, the fitted runs and the held-out ones, and the 70B model with its 90% interval. Bands
-# are computed from common posterior draws on a dense grid, so their edges are smooth.
+# forecast, the fitted runs (grey) and the held-out ones (crosses), and the 70B model with its 90%
+# interval. Bands come from common posterior draws on a dense grid; they widen where the line
+# leaves the fitted runs (the discrepancy term grows with the distance).
 
 # %%
 N = np.geomspace(3e7, 1e11, 120)
 grid = pd.DataFrame({"N": N, "D": 20 * N})
 grid["C"] = 6 * grid.N * grid.D
-fig = bs.plots.fan_chart(post, grid, "C", data=runs, points=target, xlabel="training FLOPs 6ND")
+fig = bs.plots.fan_chart(post, grid, "C", data=train, points=target,
+                         xlabel="training FLOPs 6ND")
+fig.axes[0].scatter(heldout.C, heldout.loss, marker="x", s=25, color="black",
+                    label="held-out runs", zorder=5)
+fig.axes[0].legend(loc="upper right")
 fig
 
 # %% [markdown]
