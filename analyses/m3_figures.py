@@ -761,6 +761,7 @@ def helper_table(d: pd.DataFrame) -> pd.DataFrame:
                     r_f_helper=np.asarray(cols["r_f_helper"]))
 
 
+@bs.plots.styled
 def pareto_section(df, out, pairs, seed, probs=(0.5, 0.9), n_limits=12) -> list[str]:
     """Per pair: Laplace posteriors of M3 (target loss) and He + Dual PL on the helper's shares
     (helper loss) on every 1- and 2-stage run; the front at the grid's central cell (f_C = -1,

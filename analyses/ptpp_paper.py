@@ -145,7 +145,7 @@ def side_by_side(ours: pd.DataFrame, domain, setting) -> pd.DataFrame:
 # Figures
 
 
-def _grid(sub: pd.DataFrame, n=60):
+def _grid(sub: pd.DataFrame, n=bs.plots.GRID_POINTS):
     """A fine D grid per (N, replay, ptpp) over the observed D range of that curve."""
     rows = []
     for (n_, r, p), g in sub.groupby(["N", "replay", "ptpp"]):
@@ -155,21 +155,15 @@ def _grid(sub: pd.DataFrame, n=60):
 
 
 def _bands(post, grid, level=0.9):
-    """(median of the mean curve, lower, upper of the predictive interval) over the posterior
-    draws that are finite on the whole grid (a draw that overflows is dropped whole, and said)."""
+    """The fan of the predictive (:func:`bs.plots.band`: common draws, so smooth edges) at the
+    grid's rows, up to ``level``; ``None`` without a posterior (a draw that is not finite on the
+    whole grid is left out, and said)."""
     if post is None:
-        return None, None, None
-    pred = np.asarray(post.predict_draws(grid, kind="predictive"), float)
-    mean = np.asarray(post.predict_draws(grid, kind="mean"), float)
-    ok = np.all(np.isfinite(pred), 1) & np.all(np.isfinite(mean), 1)
-    if not ok.any():
-        return None, None, None
-    if not ok.all():
-        print(f"  figure: {int((~ok).sum())} of {len(ok)} draws non-finite on the grid, dropped")
-    lo, hi = ev.central_interval(pred[ok], level)
-    return np.median(mean[ok], 0), lo, hi
+        return None
+    return bs.plots.band(post, grid, bs.plots.fan_levels(level), kind="predictive")
 
 
+@bs.plots.styled
 def figure1(df_dom, fit, post, path, title):
     """Test-stage predictions vs observations: one panel per size, one colour per replay."""
     import matplotlib
@@ -187,13 +181,12 @@ def figure1(df_dom, fit, post, path, title):
         obs = test[test["N"] == n]
         grid = _grid(obs)
         pred = np.asarray(fit.predict(grid))
-        med, lo, hi = _bands(post, grid)
+        b = _bands(post, grid)
         for r, c in colours.items():
             m = np.isclose(grid["replay"], r)
             ax.plot(grid["D"][m], pred[m], ":", color=c, lw=1.0)
-            if lo is not None:
-                ax.plot(grid["D"][m], med[m], "-", color=c, lw=1.3)
-                ax.fill_between(grid["D"][m], lo[m], hi[m], color=c, alpha=0.18, lw=0)
+            if b is not None:
+                bs.plots.draw_band(ax, grid["D"][m], b[m], color=c)
             o = obs[np.isclose(obs["replay"], r)]
             ax.plot(o["D"], o["loss"], "o", color=c, ms=4, label=f"r = {r:g}")
         ax.set_xscale("log")
@@ -207,6 +200,7 @@ def figure1(df_dom, fit, post, path, title):
     plt.close(fig)
 
 
+@bs.plots.styled
 def figure3(train_dom, fit, path, title):
     """In-sample grid: rows = replay ratios, columns = sizes, one colour per training PTPP."""
     import matplotlib
@@ -556,14 +550,16 @@ def figures(df, results):
     dom = df[(df["domain"] == "target") & (df["D"] > 0)]
     figure1(dom, fit, post, OUT / "figure1_test_stage.png",
             f"Form 3 at unseen PTPP = {TEST_PTPP} (target; fit on PTPP 15, 31): dotted = MAP"
-            + (", solid = posterior median, band = 90% predictive" if post is not None else ""))
+            + (", solid = posterior median, bands = 50/80/90% predictive" if post is not None
+               else ""))
     train = dom[np.isin(dom["ptpp"], TRAIN_PTPP)]
     figure3(train, fit, OUT / "figure3_in_sample.png",
             "Form 3 in-sample fit on the training stages (target)")
     md += ["![Figure 1](figure1_test_stage.png)", "",
            "Figure 1: PTPP = 279 predictions of Form 3 vs observations (markers), one panel "
            "per size, one colour per replay ratio; dotted: the MAP fit"
-           + ("; solid: posterior median; bands: 90% posterior predictive intervals."
+           + ("; solid: posterior median; bands: 50, 80 and 90% posterior predictive intervals "
+              "(common draws on a 200-point grid, `bs.plots.band`)."
               if post is not None else
               "; no bands (no posterior)."), "",
            "![Figure 3](figure3_in_sample.png)", "",
