@@ -88,8 +88,16 @@ def _sides(signature: str) -> str:
         return "inside the table"
     if signature.startswith("hull"):
         return "beyond the table's hull (each input within its range, the combination not)"
-    words = {"+": "above", "-": "below"}
-    return ", ".join(f"{s[:-1]} {words[s[-1]]}" for s in signature.split(",")) + " its range"
+    parts = []
+    for side, word in (("+", "above"), ("-", "below")):
+        cols = sorted((s[:-1] for s in signature.split(",") if s.endswith(side)), reverse=True)
+        if cols:
+            parts.append(f"{' and '.join(cols)} {word}")
+    return ", ".join(parts) + " its range"
+
+
+def _giga(x: float) -> str:
+    return f"{x / 1e12:.3g}T" if x >= 1e12 else f"{x / 1e9:.3g}B"
 
 
 def cmd_demo(args) -> None:
@@ -102,9 +110,9 @@ def cmd_demo(args) -> None:
     check_writable(args.figure, "--figure")
     df = datasets.load("chinchilla_epoch")
     kept = df[df["epoch_kept"]].reset_index(drop=True)
-    print(f"Chinchilla's law L = E + A/N^alpha + B/D^beta on Epoch AI's re-extraction of Hoffmann "
-          f"et al. (2022), the {len(kept)} runs Epoch kept (N up to {kept.N.max():.3g} parameters, "
-          f"D up to {kept.D.max():.3g} tokens); Huber likelihood on log losses.")
+    print(f"Chinchilla's law L = E + A/N^alpha + B/D^beta on the {len(kept)} runs of Hoffmann et "
+          f"al. (2022) that Epoch AI\nre-extracted and kept (N up to {_giga(kept.N.max())} "
+          f"parameters, D up to {_giga(kept.D.max())} tokens); Huber likelihood on log losses.")
     what = ("posterior: mode search, then " + (f"NUTS (2 chains x {args.draws} draws)"
             if args.method == "nuts" else f"Laplace ({args.draws} draws)"))
     with step(what), warnings.catch_warnings():
@@ -116,12 +124,11 @@ def cmd_demo(args) -> None:
                              num_warmup=args.draws, num_samples=args.draws,
                              progress_bar=False, allow_unconverged=True)
     print(f"\n{post!r}" + ("" if post.ok else f"  <- {unconverged_label(post)}; shown labelled"))
-    print(f"\n  {'':6s} {'median':>9s}  {'90% interval':>21s}  {'Epoch':>8s}")
+    print(f"\n  {'':6s} {'median':>8s}  {'90% interval':^20s}  {'Epoch':>7s}")
     for name in [*post.param_names]:
-        x = post.draws(name)
-        lo, med, hi = np.quantile(x, [0.05, 0.5, 0.95])
-        ref = f"{EPOCH_ESTIMATE[name]:8.4g}" if name in EPOCH_ESTIMATE else ""
-        print(f"  {name:6s} {med:9.4g}  [{lo:9.4g}, {hi:9.4g}]  {ref}")
+        lo, med, hi = np.quantile(post.draws(name), [0.05, 0.5, 0.95])
+        ref = f"{EPOCH_ESTIMATE[name]:7.4g}" if name in EPOCH_ESTIMATE else ""
+        print(f"  {name:6s} {med:8.4g}  [{lo:8.4g}, {hi:8.4g}]  {ref}")
 
     target = pd.DataFrame({k: [v] for k, v in DEMO_TARGET.items()})
     with step("forecast at 70B parameters, 1.4T tokens (rehearsing the extrapolation on the "
@@ -132,13 +139,13 @@ def cmd_demo(args) -> None:
     f = full.iloc[0]
     big = kept.loc[(kept.N * kept.D).idxmax()]
     _, sig = extrapolation(fitted_table(post), target, input_columns(post.law))
-    print(f"\nForecast for Chinchilla itself: N = 70B parameters, D = 1.4T tokens (not in the "
-          f"table)\n  loss {f['median']:.3f}, 90% interval [{f['lower']:.3f}, {f['upper']:.3f}] "
-          f"(a new measurement; posterior median of the law {params['median'].iloc[0]:.3f})")
-    print(f"  extrapolation: distance {f['extrapolation']:.2f} fitted widths (log space) "
-          f"beyond the table, {_sides(sig[0])}; the table's largest run is N = {big.N:.3g}, "
-          f"D = {big.D:.3g} ({DEMO_TARGET['N'] * DEMO_TARGET['D'] / (big.N * big.D):.0f}x less "
-          "compute)")
+    print(f"\nForecast for Chinchilla itself, N = 70B parameters, D = 1.4T tokens (not in the "
+          f"table):\n  loss {f['median']:.3f}, 90% interval [{f['lower']:.3f}, {f['upper']:.3f}]"
+          f"  (a new measurement; the law's median {params['median'].iloc[0]:.3f})")
+    print(f"  extrapolation: distance {f['extrapolation']:.2f} fitted widths (log space) beyond "
+          f"the table, {_sides(sig[0])}\n  the table's largest run (by compute): N = "
+          f"{_giga(big.N)}, D = {_giga(big.D)} tokens, "
+          f"{DEMO_TARGET['N'] * DEMO_TARGET['D'] / (big.N * big.D):.0f}x less compute")
     rows = [("parameter uncertainty (the law's value)", params),
             ("+ observation noise", noise), ("+ model discrepancy (the default interval)", full)]
     var = [float(r["sd"].iloc[0]) ** 2 for _, r in rows]
@@ -149,7 +156,7 @@ def cmd_demo(args) -> None:
         print(f"  {label:44s} {float(r['upper'].iloc[0] - r['lower'].iloc[0]):6.3f}  "
               f"{100 * share:16.0f}%")
     print(f"  discrepancy: tau {f['discrepancy_tau']:.3g} per fitted width, shift "
-          f"{f['discrepancy_shift']:+.3g} (log loss); {f['discrepancy_basis']}")
+          f"{f['discrepancy_shift']:+.3g} (log loss)\n  its basis: {f['discrepancy_basis']}")
 
     C = 6.0 * kept.N * kept.D
     N = np.geomspace(np.sqrt(C.min() / (6 * DEMO_TOKENS_PER_PARAM)), 1.5 * DEMO_TARGET["N"], 200)

@@ -189,7 +189,9 @@ def test_demo_prints_the_forecast_its_decomposition_and_writes_the_fan_chart(tmp
     assert m, out
     med, lo, hi = map(float, m.groups())
     assert lo < med < hi
+    assert lo < float(re.search(r"the law's median (\d\.\d+)", out).group(1)) < hi
     assert re.search(r"extrapolation: distance (\d\.\d+)", out).group(1) != "0.00"
+    assert "N and D above its range" in out  # 70B > 16.2B parameters, 1.4T > 318B tokens
     widths = [float(w) for w in re.findall(r"^  [+a-z].{43} +(\d\.\d+) +\d+%$", out, re.MULTILINE)]
     shares = [int(s) for s in re.findall(r" (\d+)%$", out, re.MULTILINE)]
     assert len(widths) == 3 and widths[0] < widths[1] < widths[2], out
