@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from collections.abc import Mapping
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
@@ -130,7 +131,7 @@ class ParamSpace:
     def read(self, df: pd.DataFrame, log: bool = False):
         """``(x, y)``: the law's inputs of a validated table (``Law.inputs``) and its loss (its
         log with ``log``), unpadded (pad them with :func:`pad_rows`)."""
-        y = jnp.asarray(df["loss"].to_numpy(dtype=float))
+        y = jax.device_put(df["loss"].to_numpy(dtype=float))  # no compiled program per size
         return self.law.inputs(df), jnp.log(y) if log else y
 
 
@@ -150,6 +151,11 @@ def pad_rows(x: Mapping, y, to: int | None = None):
     n = len(y)
     rep = (row_bucket(n) if to is None else to) - n
     if rep:  # in numpy: the same values, without a compiled program per table size
-        x = {k: jnp.asarray(np.concatenate([v, np.full(rep, v[0])])) for k, v in x.items()}
-        y = jnp.asarray(np.concatenate([y, np.full(rep, y[0])]))
-    return x, y, jnp.asarray(np.concatenate([np.ones(n), np.zeros(rep)]))
+        x = {k: jax.device_put(_padded(v, rep)) for k, v in x.items()}
+        y = jax.device_put(_padded(y, rep))
+    return x, y, jax.device_put(np.concatenate([np.ones(n), np.zeros(rep)]))
+
+
+def _padded(v, rep: int) -> np.ndarray:
+    v = np.asarray(v)
+    return np.concatenate([v, np.full(rep, v[0], dtype=v.dtype)])

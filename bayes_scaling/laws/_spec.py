@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -263,7 +264,8 @@ class Law:
         for v in self.variables:
             col = self.column(v)
             if col in df:
-                x[v] = jnp.asarray(np.asarray(df[col], dtype=np.float64))
+                # device_put, not jnp.asarray: no compiled program per table size
+                x[v] = jax.device_put(np.asarray(df[col], dtype=np.float64))
             elif v in self.defaults:
                 x[v] = jnp.full((n,), float(self.defaults[v]))
             else:
