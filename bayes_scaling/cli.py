@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("demo", help="Chinchilla on Epoch's bundled points: a posterior, the "
-                                    "forecast at 70B parameters and 1.4T tokens with its 90% "
+                                    "forecast at 70B parameters and 1.4T tokens with its 90%% "
                                     "interval and where its width comes from, a fan chart")
     s.add_argument("--draws", type=positive_int, default=1000,
                    help="posterior draws (default 1000; NUTS: per chain, after as many warm-up)")
