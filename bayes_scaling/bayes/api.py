@@ -334,7 +334,8 @@ def _escalate(models, first, vdf, rng, seed, nuts_kw, retries, whitened_by, star
             action, why, new = next_attempt(diag, kw, nuts_kw, spent)
             white = draws_whitening(*run, C, rng) if action is not None else None
             if action is not None and white is None:
-                why = "the draws' covariance is singular: they cannot whiten a retry"
+                why = ("the draws are not finite or their covariance is singular: they cannot "
+                       "whiten a retry")
             if white is None:
                 notes.append(f"mode {k} (of those found) failed its checks and was not tried "
                              f"again: {why}")

@@ -326,14 +326,19 @@ def next_attempt(diag, kw, first, spent):
 def draws_whitening(s, extra, num_chains, rng):
     """``(center, chol, z0)``: the mean and a Cholesky factor of the covariance of draws ``s``
     (chains, draws, dims), and ``num_chains`` starts drawn from them (divergent transitions left
-    out), in the whitened coordinates ``z = chol^-1 (s - center)``."""
+    out), in the whitened coordinates ``z = chol^-1 (s - center)``; ``None`` when the draws are
+    not finite or their covariance is singular."""
     x = s.reshape(-1, s.shape[-1])
+    if not np.all(np.isfinite(x)):  # a chain left the support: nothing to whiten by
+        return None
     center = x.mean(0)
     cov = np.atleast_2d(np.cov(x, rowvar=False))
     cov = 0.5 * (cov + cov.T) + 1e-10 * np.trace(cov) / len(center) * np.eye(len(center))
     try:
         chol = np.linalg.cholesky(cov)
     except np.linalg.LinAlgError:  # draws on a lower-dimensional set: no whitening by them
+        return None
+    if not np.all(np.isfinite(chol)):
         return None
     ok = np.flatnonzero(~np.asarray(extra["diverging"], bool).reshape(-1))
     pool = ok if len(ok) >= num_chains else np.arange(len(x))
