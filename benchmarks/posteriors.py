@@ -627,9 +627,12 @@ def run_subprocess(case: Case, role: str, seeds, timeout: float, path: Path = RE
     for s in seeds:
         if s not in written:
             status = "timeout" if how in ("timeout", "cpu cap") else "error"
-            why = {"timeout": f"over the {timeout:.0f} s wall-clock cap",
-                   "cpu cap": f"over the {cpu_cap:.0f} CPU-second cap"}.get(
-                how, f"worker {how}: {(out or '')[-1500:]}")
+            if how == "timeout":
+                why = f"over the {timeout:.0f} s wall-clock cap"
+            elif how == "cpu cap":
+                why = f"over the {cpu_cap:.0f} CPU-second cap"
+            else:
+                why = f"worker {how}: {(out or '')[-1500:]}"
             append(dict(case=case.name, role=role, seed=s, family=case.family, kind=case.kind,
                         law=case.law_name, status=status, commit=git_commit(),
                         engine=engine_version(),
@@ -822,7 +825,7 @@ def main(argv=None):
                     help="cap of one reference run in CPU seconds (all threads)")
     ap.add_argument("--ref-timeout", type=float, default=2400.0,
                     help="wall-clock cap of one reference run, seconds")
-    ap.add_argument("--default-timeout", type=float, default=900.0,
+    ap.add_argument("--default-timeout", type=float, default=3600.0,
                     help="wall-clock cap of the three default runs of a case, seconds")
     ap.add_argument("--summary-only", action="store_true")
     ap.add_argument("--write", action="store_true",

@@ -190,3 +190,13 @@ def test_a_run_over_its_cpu_cap_is_recorded_as_a_timeout(suite, cases, tmp_path)
     (rec,) = suite.read_results(path)
     assert rec["status"] == "timeout" and "1 CPU-second cap" in rec["error"]
     assert suite.pending(case, "reference", [rec]) == []  # not retried
+
+
+def test_a_default_run_over_its_wall_clock_cap_is_recorded(suite, cases, tmp_path):
+    path = tmp_path / "results.jsonl"
+    case = next(c for c in cases if c.name == "sim/chinchilla/r0")
+    how = suite.run_subprocess(case, "default", [0, 1], 0.5, path)
+    assert how == "timeout"
+    recs = suite.read_results(path)
+    assert [(r["seed"], r["status"]) for r in recs] == [(0, "timeout"), (1, "timeout")]
+    assert "wall-clock cap" in recs[0]["error"]
