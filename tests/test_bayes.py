@@ -365,7 +365,7 @@ def test_other_likelihoods_and_fixed_parameters(chin_data):
 def test_failed_diagnostics_warn_and_flag(chin_data):
     with pytest.warns(B.ConvergenceWarning, match="What to try"):
         post = bs.fit_posterior("chinchilla", chin_data, num_chains=2, num_warmup=5,
-                                num_samples=20, progress_bar=False, seed=2)
+                                num_samples=20, progress_bar=False, seed=2, retries=0)
     assert not post.ok and post.diagnostics["failed"]
     with pytest.raises(bs.errors.ConvergenceError, match="allow_unconverged=True"):
         post.forecast(chin_data.head(3))
