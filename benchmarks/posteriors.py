@@ -742,7 +742,12 @@ def write_summary(records, command: str, all_cases, path: Path = SUMMARY) -> str
                   f"| ... of seeds 1, 2 (compiled programs reused in the process) | "
                   f"{t['median_seconds_warm']:.1f} | - |",
                   f"| median CPU seconds per (case, seed) (all threads) | "
-                  f"{t['median_cpu_seconds']:.1f} | - |", ""]
+                  f"{t['median_cpu_seconds']:.1f} | - |", "",
+                  f"Coverage counts one interval per (simulated table, seed, parameter): "
+                  f"{cmp.loc[cmp['n_truth'].fillna(0) > 0, 'case'].nunique() if 'n_truth' in cmp else 0}"
+                  " simulated tables, whose three seeds share the table (not independent draws). "
+                  "Seconds are wall-clock on a shared machine (see the load above); CPU seconds "
+                  "count every thread of the fitting process.", ""]
         lines += ["## Per family", "", "| family | runs | converged | within 3 MCSE | "
                   "coverage | median s |", "|---|---|---|---|---|---|"]
         for fam, g in cmp.groupby("family"):
