@@ -171,7 +171,7 @@ def test_unconverged_posterior_raises_unless_allowed():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         post = bs.fit_posterior("chinchilla", df, num_chains=2, num_warmup=10, num_samples=10,
-                                progress_bar=False, chain_method="sequential")
+                                progress_bar=False, chain_method="sequential", retries=0)
     assert not post.ok
     with pytest.raises(ConvergenceError, match="allow_unconverged=True"):
         post.forecast(INSIDE)
