@@ -167,6 +167,7 @@ def test_a_run_short_of_ess_is_rescued_and_recorded(rescued):
     assert last["num_samples"] > SHORT["num_samples"]
     assert post.idata.posterior.sizes["draw"] == last["num_samples"]
     assert any("attempt 2" in n for n in post.diagnostics["notes"])
+    assert not any("not tried again" in n for n in post.diagnostics["notes"])  # it passed
     # within the budget, and the rescued draws cover the parameters the table came from
     cost = sum(a["settings"]["num_warmup"] + a["settings"]["num_samples"]
                for a in post.diagnostics["attempts"])

@@ -330,7 +330,9 @@ def _escalate(models, first, vdf, rng, seed, nuts_kw, retries, whitened_by, star
         kw, spent = dict(nuts_kw), nuts_kw["num_warmup"] + nuts_kw["num_samples"]
         diag = check(run)
         attempts.append(_attempt(k, 1, "first", "", kw, whitened_by, start, diag, secs))
-        for i in range(retries if not diag["ok"] else 0):
+        for i in range(retries):
+            if diag["ok"]:
+                break
             action, why, new = next_attempt(diag, kw, nuts_kw, spent)
             white = draws_whitening(*run, C, rng) if action is not None else None
             if action is not None and white is None:
