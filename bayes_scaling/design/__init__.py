@@ -7,7 +7,9 @@
     rec = bs.design.recommend(pool, law=..., cost="6*N*D", targets="N >= 1e9", budget="10%")
 
 Methods (:data:`METHODS`): ScaleBench's baselines ``random``, ``cheapest``, ``cost_random``,
-``d_opt``, ``v_opt`` and ours, ``bayes``. The math is in docs/design.md.
+``d_opt``, ``v_opt``, the benchmark paper's ``mspe`` and ours, ``bayes``; every method's purchases
+are scored by the same refit (``scorers``: the benchmark's scipy refit and the compiled one). The
+math is in docs/design.md.
 """
 from .fitting import least_squares, r2_clipped, uniform_starts  # noqa: F401
 from .harness import checkpoints, run, seed_job  # noqa: F401
