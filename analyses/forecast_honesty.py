@@ -5,6 +5,8 @@
     python analyses/forecast_honesty.py --nuts               # NUTS posteriors instead of Laplace
     python analyses/forecast_honesty.py --summary            # tables and figures from the cache
     nice -n 10 python analyses/forecast_honesty.py --only simulated   # tables from a known law
+    nice -n 15 python analyses/forecast_honesty.py --variants baselines --executor local --workers 2
+    python analyses/forecast_honesty.py --per-dataset        # per_dataset.md from the cache
 
 For every dataset, held-out split and law a posterior is fitted on the training side only and its
 predictive draws are scored on the held-out side (which lies beyond the training rows along the
@@ -16,6 +18,11 @@ split's axis; the held-out rows are never used to choose anything). The predicti
   prior scale ``s`` (``bs.bayes.expansion``), for every ``s`` of :data:`EXPANSION_GRID`, with each
   training table's restricted log evidence of ``s``; the summary adds ``expansion-lodo``, every
   dataset at the scale the other datasets' pooled evidence prefers (:func:`expansion_scales`).
+
+``--variants baselines`` scores the peers' intervals (``bs.evaluate.baselines``: bootstrap,
+residual bootstrap, conformal; MAP refits only) and writes ``per_dataset.md``: every method per
+dataset with each dataset weighted equally (``bs.evaluate.calibration_by``), against the cached
+``after`` (default) and ``before`` (fitted noise), and a calibration curve per dataset.
 
 Scores per (dataset, split, law, predictive): rows, coverage of the central 50/80/90/95%
 intervals, mean relative 90% width (width / observed loss), CRPS (loss units, Gneiting & Raftery
