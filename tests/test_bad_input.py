@@ -95,7 +95,7 @@ CASES = [
      ["nope.py", "no such Python file"]),
     ("fit-law-module-broken", _fit("{d}/good.csv", "--law-module", "{d}/broken_laws.py"),
      ["broken_laws.py line 3 failed", "NameError"]),
-    ("demo-n-starts-0", ["demo", "--n-starts", "0"], ["--n-starts", ">= 1"]),
+    ("demo-draws-0", ["demo", "--draws", "0"], ["--draws", ">= 1"]),
     ("posterior-chains-0", ["posterior", "--law", "chinchilla", "{d}/good.csv", "--out",
                             "{d}/p.nc", "--chains", "0"], ["--chains", ">= 1"]),
     ("posterior-samples-0", ["posterior", "--law", "chinchilla", "{d}/good.csv", "--out",

@@ -517,7 +517,7 @@ df = simulate("chinchilla", grid, noise=0.005, seed=3)
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     post = bs.fit_posterior("chinchilla", df, num_chains=4, num_warmup=300, num_samples=300,
-                            progress_bar=False)
+                            progress_bar=False, retries=0)
 alpha = np.asarray(post.idata.posterior["alpha"])
 print(json.dumps({"chain_method": post.settings["chain_method"], "shape": list(alpha.shape),
                   "alpha": float(np.median(alpha)), "rhat": post.diagnostics["max_rhat"]}))
