@@ -28,13 +28,17 @@ from .bayes.posterior import Posterior, extrapolation_distance
 from .bayes.predictive import ParamDraws, as_draws, predict_draws
 from .design.acquisition import best_rule, greedy_importance, greedy_linear, greedy_refit
 from .design.posterior import DISC_REL, kernel, log_inputs
+from .design.recommend import run_costs
 from .errors import BayesScalingError
 
 __all__ = ["candidate_cost", "select"]
 
 
 def candidate_cost(candidates: pd.DataFrame, cost="6ND") -> np.ndarray:
-    """Cost of each candidate: ``"6ND"`` (training FLOPs 6 N D), a column name, an array or a callable.
+    """Cost of each candidate: ``"6ND"`` (training FLOPs 6 N D), a column name, an arithmetic
+    formula of columns (:func:`~bayes_scaling.design.recommend.cost_formula`, e.g. ``"6*N*D"``),
+    an array or a callable; every cost positive and finite, or one error naming the rows
+    (:func:`~bayes_scaling.design.recommend.run_costs`, which ``bayes-scaling design`` uses too).
 
     ``6ND`` counts only the run itself (for adaptation runs: the adaptation tokens D; the
     pre-trained checkpoint is a sunk cost).
@@ -44,21 +48,8 @@ def candidate_cost(candidates: pd.DataFrame, cost="6ND") -> np.ndarray:
             if col not in candidates:
                 raise BayesScalingError(f"cost='6ND' needs column {col!r} in candidates; give "
                                         "cost=<column name or array> instead")
-        c = 6.0 * candidates["N"].to_numpy(float) * candidates["D"].to_numpy(float)
-    elif isinstance(cost, str):
-        if cost not in candidates:
-            raise BayesScalingError(f"cost column {cost!r} not in candidates ({list(candidates.columns)})")
-        c = candidates[cost].to_numpy(float)
-    elif callable(cost):
-        c = np.asarray(cost(candidates), float)
-    else:
-        c = np.asarray(cost, float)
-    c = np.broadcast_to(c, (len(candidates),)).astype(float)
-    bad = ~(np.isfinite(c) & (c > 0))
-    if bad.any():
-        raise BayesScalingError(f"candidate costs must be positive and finite; rows "
-                                f"{list(np.flatnonzero(bad)[:10])} are not")
-    return c
+        cost = "6*N*D"
+    return run_costs(candidates, cost)
 
 
 def _noise_var(posterior, draws: ParamDraws | None, noise, n_c):

@@ -83,6 +83,10 @@ def run_costs(df: pd.DataFrame, cost, rows=None) -> np.ndarray:
     a callable ``df -> array`` or an array over ``df``'s rows; every cost of the rows selected by
     the boolean mask ``rows`` (default all) positive and finite, or one error naming the rows."""
     if isinstance(cost, str):
+        if cost not in df.columns and cost.isidentifier():  # a bare name means a column
+            raise DataError(f"cost column {cost!r} is not in the table (its columns: "
+                            f"{', '.join(map(str, df.columns))}); give a column or a formula "
+                            "of columns such as '6*N*D'")
         c = df[cost].to_numpy(float) if cost in df.columns else cost_formula(cost, df)
         what = f"cost {cost!r}"
     elif callable(cost):
