@@ -78,7 +78,7 @@ def modes(law: Law, starts: Starts, x_obs: dict, y_obs, pool_y, x_cand: dict,
     mode's Laplace covariance. Two starts are one mode when their target forecasts differ
     nowhere by more than 1e-3 of the pool targets' standard deviation; a mode weighs
     ``exp(-(SSE_k - SSE_min) / (2 s2))`` (its best start's SSE); at most :data:`MAX_MODES`, best
-    SSE first."""
+    SSE first. A group with no target rows has one mode (nothing tells its starts apart)."""
     ok = np.isfinite(starts.sse)
     best = float(starts.sse[ok].min())
     order = [i for i in np.argsort(np.where(ok, starts.sse, np.inf))
@@ -89,7 +89,7 @@ def modes(law: Law, starts: Starts, x_obs: dict, y_obs, pool_y, x_cand: dict,
     kept, ft = [], []
     preds = np.asarray(predictor(law)(starts.theta[order], x_target))
     for i, p in zip(order, preds):
-        if not np.all(np.isfinite(p)) or any(np.max(np.abs(p - q)) < tol for q in ft):
+        if not np.all(np.isfinite(p)) or any(np.max(np.abs(p - q), initial=0.0) < tol for q in ft):
             continue
         kept.append(i)
         ft.append(p)
