@@ -30,9 +30,6 @@ import warnings
 
 import numpy as np
 import pandas as pd
-from matplotlib import rc_context
-from matplotlib.figure import Figure
-
 from .errors import BayesScalingError
 
 __all__ = ["BAND_COLORS", "BAND_LEVELS", "GRID_POINTS", "RC", "band", "band_from_draws",
@@ -88,8 +85,18 @@ def style():
         with bs.plots.style():
             fig, ax = plt.subplots()
     """
+    from matplotlib import rc_context
+
     with rc_context(RC):
         yield
+
+
+def Figure(**kw):
+    """A ``matplotlib.figure.Figure`` (matplotlib is imported when the first figure is drawn,
+    not when the package is: it is most of an import's time)."""
+    from matplotlib.figure import Figure as _Figure
+
+    return _Figure(**kw)
 
 
 def styled(fn):

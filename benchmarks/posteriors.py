@@ -4,10 +4,11 @@ engine changes (in the spirit of posteriordb).
 
 Cases (``--list`` prints them in the order they run; ``--only REGEX`` and ``--max-cases`` pick):
 
-- ``sim/<law>/r<k>``: a table simulated from a law with known parameters (the law's ``example``
-  when it is on the design's scale, else its MAP fit on the real table the design comes from),
-  40 rows of a real table's design, Huber noise of scale ``SIM_SIGMA`` (the likelihood's own
-  noise); the default posterior's 90% intervals are scored for coverage of the true values;
+- ``sim/<law>/r<k>``: a table simulated from a law with known parameters drawn from its default
+  priors (``sigma`` too; draws whose losses are not a loss table are redrawn: ``prior_truth``),
+  40 rows of a real table's design, Huber noise of the drawn ``sigma`` (the likelihood's own
+  noise); the default posterior's 90% intervals are scored for coverage of the true values
+  (simulation-based calibration: over the drawn truths they must cover 90%);
 - ``scalebench/<task>[/<group>]/<law>``: the 31 ScaleBench laws on their task's pool (each group
   of a grouped task alone); the vocabulary task is listed and skipped (its target is negative, and
   every likelihood here is on log loss);
@@ -58,6 +59,7 @@ import subprocess
 import sys
 import time
 import warnings
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -79,7 +81,6 @@ SEEDS = (0, 1, 2)
 REFERENCE = dict(num_chains=8, num_warmup=2000, num_samples=1000, target_accept=0.995)
 REFERENCE_SEED = 12345
 SIM_ROWS = 40
-SIM_SIGMA = 0.01
 INTERVAL = 0.9
 MCSE_Z = 3.0
 #: goals of the suite's totals
@@ -211,21 +212,27 @@ def _m3_build(law_name, pair):
 
 # --- simulated tables -----------------------------------------------------------------------------
 def _sim_design(law_name):
-    """(design rows, truth source): 'example' or the real table the MAP truth is fitted on."""
+    """The real table whose rows (inputs only) a simulated table of ``law_name`` is laid on."""
     if law_name == "chinchilla":
-        return epoch(), "example"
+        return epoch()
     if law_name == "muennighoff":
-        return bs.datasets.load("datablations"), "example"
+        return bs.datasets.load("datablations")
     if law_name == "dcpt":
-        return mixing("target"), "example"
+        return mixing("target")
     if law_name in ("ptpp_floor", "ptpp_gated_floor"):
-        return bible_ptpp("target"), "map"
+        return bible_ptpp("target")
     if law_name == "he":
-        return bible_m3("fr-en").pipe(lambda d: d[d["n_stages"] <= 1]).reset_index(drop=True), "map"
+        return bible_m3("fr-en").pipe(lambda d: d[d["n_stages"] <= 1]).reset_index(drop=True)
     raise KeyError(law_name)
 
 
 SIM_LAWS = ("chinchilla", "muennighoff", "dcpt", "ptpp_floor", "he", "ptpp_gated_floor")
+#: A simulated table is a language-model loss table: every row's noiseless loss in this range (nats)
+SIM_LOSS_RANGE = (0.5, 20.0)
+SIM_TRIES = 2000
+#: How the simulated tables' truths are chosen; lines of simulated cases written under another
+#: choice (before: the law's example or a MAP fit) stay in the results file and are not read.
+SIM_TRUTH = "prior"
 
 
 def simulate(law, design, truth, sigma, seed):
@@ -238,20 +245,39 @@ def simulate(law, design, truth, sigma, seed):
     return design.assign(loss=mean * np.exp(sigma * eps))
 
 
+def prior_truth(law, design, seed, tries=SIM_TRIES):
+    """A truth drawn from the default priors (every parameter and ``sigma``): the draws of
+    simulation-based calibration, so the default posterior's 90% intervals must cover 90% of
+    them on average. Draws whose noiseless losses on ``design`` are not all in
+    :data:`SIM_LOSS_RANGE` (not a loss table) are redrawn.
+
+    Returns:
+        (truth, draws tried).
+    """
+    import jax
+
+    priors = bs.bayes.default_priors(law)
+    lo, hi = SIM_LOSS_RANGE
+    for k in range(tries):
+        truth = bs.bayes.draw_prior(priors, jax.random.PRNGKey(1_000_003 * seed + k))
+        with np.errstate(all="ignore"):
+            mean = np.asarray(law({n: truth[n] for n in law.param_names}, design), float)
+        if np.all(np.isfinite(mean)) and mean.min() >= lo and mean.max() <= hi:
+            return truth, k + 1
+    raise RuntimeError(f"no prior draw of {law.name} gives losses in {SIM_LOSS_RANGE} on the "
+                       f"design in {tries} tries")
+
+
 def _sim_build(law_name, rep):
     def build():
         law = bs.laws.get(law_name)
-        real, source = _sim_design(law_name)
-        if source == "example":
-            truth, note = dict(law.example), "truth: the law's example"
-        else:
-            fit = bs.fit_map(law, real, delta=0.02, n_starts=16, seed=0)
-            truth, note = {k: float(fit.params[k]) for k in law.param_names}, \
-                "truth: the MAP fit on the real table"
-        design = _sample_rows(real, SIM_ROWS, 1000 + rep)
-        table = simulate(law, design, truth, SIM_SIGMA, 2000 + rep)
-        return Built(table, {}, {**truth, "sigma": SIM_SIGMA},
-                     f"{note}; {len(table)} rows; Huber noise sigma {SIM_SIGMA}")
+        design = _sample_rows(_sim_design(law_name), SIM_ROWS, 1000 + rep)
+        truth, tried = prior_truth(law, design, zlib.crc32(law_name.encode()) % 100_000 + rep)
+        table = simulate(law, design, truth, truth["sigma"], 2000 + rep)
+        return Built(table, {}, truth,
+                     f"truth drawn from the default priors ({tried} draw(s) for losses in "
+                     f"{SIM_LOSS_RANGE[0]}-{SIM_LOSS_RANGE[1]}); {len(table)} rows; Huber noise "
+                     f"sigma {truth['sigma']:.3g}")
 
     return build
 
@@ -511,6 +537,8 @@ def load_average() -> str:
 
 
 def append(record: dict, path: Path = RESULTS) -> None:
+    if record["case"].startswith("sim/"):
+        record = {**record, "sim_truth": SIM_TRUTH}
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         fh.write(json.dumps(record, default=_jsonable) + "\n")
@@ -532,9 +560,12 @@ def read_results(path: Path = RESULTS) -> list[dict]:
         line = line.strip()
         if line:
             try:
-                out.append(json.loads(line))
+                rec = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by a killed run: the job is run again
+            if rec["case"].startswith("sim/") and rec.get("sim_truth") != SIM_TRUTH:
+                continue  # a simulated table of another truth: kept in the file, not read
+            out.append(rec)
     return out
 
 

@@ -213,8 +213,9 @@ def test_a_gate_the_data_cannot_see_leaves_zeta_to_its_prior():
     df = simulate(law, form3_grid(ptpps=(15, 31)), params=truth, noise=0.01, seed=4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        # the first run is what is checked (no retry: R-hat is not the point here)
         post = bs.fit_posterior(law, df, num_chains=2, num_warmup=300, num_samples=300, seed=2,
-                                n_starts=8, progress_bar=False)
+                                n_starts=8, progress_bar=False, retries=0)
     step = np.asarray(post.idata.sample_stats["step_size"])[:, -1]
     assert step.min() > 1e-3
     zeta = post.draws("zeta")
@@ -492,7 +493,7 @@ def test_nuts_refits_tables_of_another_size_in_one_process(chin_data, chin_nuts)
     kw = dict(num_chains=2, num_warmup=300, num_samples=300, progress_bar=False)  # chin_nuts's
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        b = bs.fit_posterior("chinchilla", chin_data.iloc[:30], seed=1, **kw)
+        b = bs.fit_posterior("chinchilla", chin_data.iloc[:30], seed=1, retries=0, **kw)
     assert chin_nuts.idata.observed_data["y"].shape == (36,)
     assert b.idata.observed_data["y"].shape == (30,)
     assert np.all(np.isfinite(b.draws("alpha")))

@@ -69,6 +69,25 @@ def test_simulated_table_follows_the_truth(suite):
     assert np.array_equal(table["loss"], again["loss"])
 
 
+def test_simulated_truths_are_prior_draws_that_make_a_loss_table(suite):
+    law = bs.laws.get("chinchilla")
+    design = suite.epoch().iloc[:60]
+    truths = [suite.prior_truth(law, design, seed)[0] for seed in range(40)]
+    lo, hi = suite.SIM_LOSS_RANGE
+    for t in truths:
+        assert set(t) == {*law.param_names, "sigma"}
+        mean = np.asarray(law({n: t[n] for n in law.param_names}, design))
+        assert np.all((mean >= lo) & (mean <= hi))
+    # the draws follow the default prior: log sigma ~ N(log 0.01, 1.4) inside its init range
+    log_sigma = np.log([t["sigma"] for t in truths])
+    m, s = bs.bayes.priors.prior_loc_scale(bs.bayes.SCALE)
+    assert abs(log_sigma.mean() - m) < 3 * s / np.sqrt(len(truths))
+    assert 0.6 * s < log_sigma.std() < 1.4 * s
+    # seeded, and a different seed is another draw
+    assert suite.prior_truth(law, design, 7) == suite.prior_truth(law, design, 7)
+    assert truths[0] != truths[1]
+
+
 def test_value_rows_are_the_largest_row_and_its_tenfold(suite):
     law = bs.laws.get("dcpt")
     t = pd.DataFrame(dict(N=[1e6, 4e6, 2e6], D=[1e9, 5e8, 3e9], replay=[0.1, 0.5, 0.25],
@@ -127,7 +146,10 @@ def test_coverage_of_a_conjugate_posterior_is_its_level(suite):
 
 
 def _line(case, role, seed, **kw):
-    return dict(case=case, role=role, seed=seed, status=kw.pop("status", "converged"), **kw)
+    line = dict(case=case, role=role, seed=seed, status=kw.pop("status", "converged"), **kw)
+    if case.startswith("sim/"):  # as append() writes it
+        line.setdefault("sim_truth", "prior")
+    return line
 
 
 def test_resume_skips_finished_lines(suite, cases, tmp_path):
@@ -136,7 +158,9 @@ def test_resume_skips_finished_lines(suite, cases, tmp_path):
     recs = [_line(case.name, "reference", suite.REFERENCE_SEED, status="ok", engine="a"),
             _line(case.name, "default", 0, engine="a"),
             _line(case.name, "default", 2, status="timeout", engine="a")]
-    path.write_text("".join(json.dumps(r) + "\n" for r in recs) + '{"case": "cut off')
+    # a line of the same simulated case under an older choice of its truth is not read
+    stale = _line(case.name, "default", 1, sim_truth="example")
+    path.write_text("".join(json.dumps(r) + "\n" for r in [stale, *recs]) + '{"case": "cut off')
     records = suite.read_results(path)
     assert len(records) == 3  # the cut line is ignored: its job runs again
     assert suite.pending(case, "reference", records) == []
