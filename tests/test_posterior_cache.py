@@ -95,6 +95,36 @@ def test_a_file_saved_without_its_rehearsal_forecasts_by_rehearsing_once(post, t
     assert {"D+1.0", "N+1.0"} <= set(loaded.settings["rehearsal"])
 
 
+LAZY = """
+import sys, json
+import pandas as pd
+import bayes_scaling as bs
+post = bs.load_posterior(sys.argv[1])
+fc = post.forecast(pd.read_json(sys.argv[2]))
+before = "arviz" in sys.modules
+draws = post.idata.posterior["alpha"].values.ravel()  # the InferenceData, read on first use
+print(json.dumps({"arviz_before": before, "arviz_after": "arviz" in sys.modules,
+                  "median": fc["median"].tolist(), "alpha": draws[:5].tolist(),
+                  "groups": sorted(post.idata.groups())}))
+"""
+
+
+def test_a_loaded_posterior_forecasts_without_arviz_until_its_inference_data_is_used(post,
+                                                                                      tmp_path):
+    import json
+
+    post.save(tmp_path / "p.nc")
+    QUERY.to_json(tmp_path / "q.json")
+    out = subprocess.run([sys.executable, "-c", LAZY, str(tmp_path / "p.nc"),
+                          str(tmp_path / "q.json")], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["arviz_before"] is False and got["arviz_after"] is True
+    np.testing.assert_allclose(got["median"], post.forecast(QUERY)["median"], rtol=1e-12)
+    np.testing.assert_array_equal(got["alpha"], post.draws("alpha")[:5])
+    assert set(post.idata.groups()) == set(got["groups"])
+
+
 # --- the persistent compilation cache ---------------------------------------------------------
 
 PROGRAM = """

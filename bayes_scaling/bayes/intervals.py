@@ -39,7 +39,7 @@ from ..errors import FitError
 from ..params import row_bucket
 from .model import theta_s_batch
 from .modes import find_modes, map_stage
-from .predictive import ParamDraws, as_draws
+from .predictive import ParamDraws, as_draws, idata_group
 from .spec import data_pytree, make_spec
 
 __all__ = ["CUTS", "INTERVAL_VERSION", "MU_SCALE", "NULL_REPLICATES", "POWERS", "TAU_GRID",
@@ -81,7 +81,7 @@ MAX_HULL_DIRECTIONS = 16
 
 def fitted_table(post) -> pd.DataFrame:
     """The table a posterior was fitted on (its input columns and ``loss``), from its idata."""
-    cd = getattr(post.idata, "constant_data", None)
+    cd = idata_group(post, "constant_data")
     if cd is None:  # a posterior built without its table: no range is known, nothing extrapolates
         return pd.DataFrame()
     return pd.DataFrame({str(k): np.asarray(cd[k]) for k in cd.data_vars})

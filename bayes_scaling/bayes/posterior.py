@@ -79,9 +79,19 @@ class Posterior:
             warnings.simplefilter("ignore")
             return az.summary(self.idata, var_names=self.param_names, **kw)
 
+    def group(self, name: str):
+        """One group of :attr:`idata` (an xarray ``Dataset``; ``None`` when it has none). A posterior
+        read by :func:`load_posterior` reads its groups from the file one by one, without ArviZ,
+        until :attr:`idata` itself is first used (a forecast needs ``posterior`` and
+        ``constant_data`` only; importing ArviZ is a second of a command's start-up)."""
+        idata = self.__dict__["_idata"]
+        if isinstance(idata, SavedGroups):
+            return idata.group(name)
+        return getattr(idata, name, None)
+
     def draws(self, name=None):
         """Posterior draws flattened over chains: a dict of arrays (or one array for ``name``)."""
-        post = self.idata.posterior
+        post = self.group("posterior")
         names = self.param_names if name is None else [name]
         out = {n: np.asarray(post[n]).reshape(-1) for n in names}
         return out if name is None else out[name]
@@ -133,7 +143,7 @@ class Posterior:
         if self.ok:
             return
         failed = "; ".join(self.diagnostics.get("failed", [])) or "see .diagnostics"
-        labelled = str(self.idata.posterior.attrs.get("bayes_scaling_status", ""))
+        labelled = str(self.group("posterior").attrs.get("bayes_scaling_status", ""))
         if not (allow_unconverged or self.settings.get("allow_unconverged", False)
                 or labelled.startswith("NOT CONVERGED")):
             raise ConvergenceError(
@@ -320,7 +330,7 @@ class Posterior:
                       f"{d.get('min_ess_bulk', float('nan')):.0f}, {d.get('divergences', 0)} divergences")
         else:
             detail = f"Laplace, Pareto k {d.get('pareto_k', float('nan')):.2f}"
-        n = self.idata.posterior.sizes
+        n = self.group("posterior").sizes
         return (f"Posterior({self.law.name}, {self.settings['likelihood']}, {n['chain']}x{n['draw']} "
                 f"draws; {detail}; {status})")
 
@@ -348,14 +358,66 @@ def extrapolation_distance(post, df, axis=None) -> np.ndarray:
 def load_posterior(path, law=None) -> Posterior:
     """Read a posterior written by :meth:`Posterior.save` (pass ``law`` for an unregistered law); a
     law whose definition is not the one the posterior recorded is refused (``Law.from_saved``)."""
-    import arviz as az
-
-    idata = az.from_netcdf(str(path))
-    meta = json.loads(idata.posterior.attrs["bayes_scaling"])
+    idata = SavedGroups(str(path))
+    post = idata.group("posterior")
+    if post is None or "bayes_scaling" not in post.attrs:
+        raise ValueError(f"{path} holds no posterior written by Posterior.save (no readable "
+                         "'posterior' group with its 'bayes_scaling' attribute)")
+    meta = json.loads(post.attrs["bayes_scaling"])
     law = Law.from_saved(meta["law"], meta.get("law_identity"), law, str(path))
     return Posterior(law=law, idata=idata, map=meta["map"],
                      diagnostics=meta["diagnostics"], modes=pd.DataFrame(meta["modes"]),
                      settings=meta["settings"], data_hash=meta["data_hash"])
+
+
+class SavedGroups:
+    """The groups of a saved posterior's InferenceData, each read from the netCDF file by xarray
+    when first asked for (:meth:`Posterior.group`); :meth:`load` reads the whole of it with
+    ArviZ, which :attr:`Posterior.idata` does on first use."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._groups: dict = {}
+
+    def group(self, name: str):
+        if name not in self._groups:
+            import xarray as xr
+
+            try:
+                with xr.open_dataset(self.path, group=name) as ds:
+                    self._groups[name] = ds.load()
+            except OSError as e:
+                if "group not found" not in str(e):
+                    raise
+                self._groups[name] = None  # the file has no such group
+            except ValueError as e:  # not a file any engine reads: the first line says why
+                raise ValueError(str(e).splitlines()[0].rstrip(" :,")) from None
+        return self._groups[name]
+
+    def load(self):
+        import arviz as az
+
+        idata = az.from_netcdf(self.path)
+        if self._groups.get("posterior") is not None:  # attributes set since it was read
+            idata.posterior.attrs.update(self._groups["posterior"].attrs)
+        return idata
+
+
+def _get_idata(self):
+    idata = self.__dict__["_idata"]
+    if isinstance(idata, SavedGroups):
+        idata = self.__dict__["_idata"] = idata.load()
+    return idata
+
+
+def _set_idata(self, value):
+    self.__dict__["_idata"] = value
+
+
+# ``idata`` stays a dataclass field (the constructor takes it), read through a property so that a
+# loaded posterior's file is read by ArviZ only when the InferenceData itself is used
+Posterior.idata = property(_get_idata, _set_idata, doc=Posterior.__doc__ and
+                           "ArviZ InferenceData (see the class's attributes)")
 
 
 def _json_default(o):

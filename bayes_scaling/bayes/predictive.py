@@ -167,9 +167,8 @@ def as_draws(obj, max_draws: int | None = None) -> ParamDraws:
     if law is None:
         raise BayesScalingError(
             f"expected a MapFit, a Posterior or ParamDraws; got {type(obj).__name__}")
-    idata = getattr(obj, "idata", None)
-    if idata is not None and hasattr(idata, "posterior"):
-        post = idata.posterior
+    post = idata_group(obj, "posterior")
+    if post is not None:
         m = getattr(obj, "map", None)
         settings = getattr(obj, "settings", None) or {}
         fixed = dict(m) if isinstance(m, Mapping) else dict(getattr(m, "params", None) or {})
@@ -198,6 +197,15 @@ def as_draws(obj, max_draws: int | None = None) -> ParamDraws:
                             "neither idata.posterior nor a params dict")
 
 
+def idata_group(obj, name: str):
+    """Group ``name`` of ``obj``'s InferenceData (``None`` when it has none): through
+    ``Posterior.group`` (a loaded posterior's file is read without ArviZ), else ``obj.idata``."""
+    group = getattr(obj, "group", None)
+    if callable(group):
+        return group(name)
+    return getattr(getattr(obj, "idata", None), name, None)
+
+
 def fitted_range(obj) -> dict | None:
     """``{column: (min, max)}`` of the rows ``obj`` was fitted on, ``None`` when unknown.
 
@@ -206,7 +214,7 @@ def fitted_range(obj) -> dict | None:
     """
     if isinstance(obj, ParamDraws):
         return obj.data_range
-    cd = getattr(getattr(obj, "idata", None), "constant_data", None)
+    cd = idata_group(obj, "constant_data")
     if cd is not None:
         return {str(k): (float(np.min(cd[k])), float(np.max(cd[k]))) for k in cd.data_vars
                 if k != "loss"}
