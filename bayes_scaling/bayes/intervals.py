@@ -272,15 +272,16 @@ def rehearsal_spec(post):
     return post.settings["_rehearsal_spec"]
 
 
-def _laplace_log_draws(spec, starts, train, test, seed):
+def _laplace_log_draws(spec, starts, train, test, seed, ref=None):
     """Log predictive draws ``(S, m)`` at ``test`` of the Laplace posterior fitted on ``train``:
     damped Newton from ``starts`` (the full table's modes, ``{name: (k,)}``) to the inner table's
     mode, then Gaussian draws in the sampling coordinates, as ``fit_posterior(method="laplace")``.
     When no finite mode is reached from ``starts``, the inner mode is searched from
-    :data:`MAP_STARTS` random starts (the multi-start MAP of a fit).
+    :data:`MAP_STARTS` random starts (the multi-start MAP of a fit). ``ref``: the coordinates'
+    reference points (:func:`~bayes_scaling.bayes.spec.data_pytree`), by default ``train``'s own.
     """
     law = spec.law
-    data = data_pytree(spec, spec.space.validate(train))
+    data = data_pytree(spec, spec.space.validate(train), ref=ref)
     u0 = np.atleast_2d(np.asarray(spec.u(starts)))
     try:
         top = find_modes(spec, data, u0, np.arange(len(u0), dtype=float))[0]
@@ -336,6 +337,10 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
     spec, _ = rehearsal_spec(post)
     starts = _starts(post, spec)
     columns = input_columns(post.law)
+    # every inner fit in coordinates centred on the full table (a reparameterisation: the inner
+    # posterior is the same; its Laplace fit is taken in these coordinates), so the reference
+    # points are not compiled and computed again for every inner table's size
+    ref = data_pytree(spec, spec.space.validate(table))["ref"] if spec.blocks else None
     cols, F, _ = _unit(table, table, columns)
     t = F @ np.array([direction.get(c, 0.0) for c in cols])
     lo, hi = t.min(), t.max()
@@ -351,7 +356,7 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                y = _laplace_log_draws(spec, starts, train, test, seed=len(seen))
+                y = _laplace_log_draws(spec, starts, train, test, seed=len(seen), ref=ref)
         except FitError:
             failed.append(q)
             continue

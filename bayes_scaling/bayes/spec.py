@@ -282,17 +282,22 @@ def make_spec(law, *, priors=None, likelihood="huber", fixed=None, scale=None, c
                 blocks)
 
 
-def data_pytree(spec: Spec, df: pd.DataFrame, pad: bool = True):
+def data_pytree(spec: Spec, df: pd.DataFrame, pad: bool = True, ref: dict | None = None):
     """The table as the arrays every compiled density reads.
 
     With ``pad`` the rows are padded to ``row_bucket(n)`` (the next power of two, at least 32)
     with copies of the first row of weight ``w = 0``, which add nothing to any density: fits on
     tables of 100 and 120 rows (held-out splits, anchor refits) then share their compiled
     programs (``bayes_scaling.params.PAD_ROWS = False`` turns it off everywhere, for
-    benchmarks). The blocks' reference points are computed from the real rows only."""
+    benchmarks). The blocks' reference points are computed from the real rows only, or taken
+    from ``ref`` (another table's ``data_pytree(...)["ref"]``: the sampling coordinates centred
+    there instead; the posterior is the same, its coordinates are not)."""
     x, y = spec.space.read(df, log=True)
     fixed = spec.space.fixed_tree()
-    ref = _references(spec.blocks)(x) if spec.blocks else {}
+    if ref is not None:
+        ref = {k: v for k, v in ref.items() if k != "__fixed__"}
+    else:
+        ref = _references(spec.blocks)(x) if spec.blocks else {}
     ref["__fixed__"] = fixed
     x, y, w = pad_rows(x, y, None if pad is not False else len(y))
     return {"x": x, "y": y, "w": w, "fixed": fixed, "ref": ref,
