@@ -30,6 +30,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
+
 from .errors import BayesScalingError
 
 __all__ = ["BAND_COLORS", "BAND_LEVELS", "GRID_POINTS", "RC", "band", "band_from_draws",

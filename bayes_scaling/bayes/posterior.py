@@ -416,8 +416,8 @@ def _set_idata(self, value):
 
 # ``idata`` stays a dataclass field (the constructor takes it), read through a property so that a
 # loaded posterior's file is read by ArviZ only when the InferenceData itself is used
-Posterior.idata = property(_get_idata, _set_idata, doc=Posterior.__doc__ and
-                           "ArviZ InferenceData (see the class's attributes)")
+Posterior.idata = property(_get_idata, _set_idata,
+                           doc="ArviZ InferenceData (see the class's attributes)")
 
 
 def _json_default(o):
