@@ -339,8 +339,9 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
     columns = input_columns(post.law)
     # every inner fit in coordinates centred on the full table (a reparameterisation: the inner
     # posterior is the same; its Laplace fit is taken in these coordinates), so the reference
-    # points are not compiled and computed again for every inner table's size
-    ref = data_pytree(spec, spec.space.validate(table))["ref"] if spec.blocks else None
+    # points are not compiled and computed again for every inner table's size; computed at the
+    # first cut (a table too small for any cut is never fitted, nor validated as a fit's table)
+    ref = None
     cols, F, _ = _unit(table, table, columns)
     t = F @ np.array([direction.get(c, 0.0) for c in cols])
     lo, hi = t.min(), t.max()
@@ -356,6 +357,8 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
+                if ref is None and spec.blocks:
+                    ref = data_pytree(spec, spec.space.validate(table))["ref"]
                 y = _laplace_log_draws(spec, starts, train, test, seed=len(seen), ref=ref)
         except FitError:
             failed.append(q)
