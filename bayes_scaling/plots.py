@@ -174,52 +174,18 @@ def common_draws(fit, grid, kind: str = "predictive", *, seed: int = 0, max_draw
         if kind == "predictive":  # exp(sigma_s eps_s), the posterior's own noise, one per draw
             out = out * (_call(fit, row, "predictive", **kw) / _call(fit, row, "mean", **kw))
         if _is_posterior(fit):
-            out = out * _discrepancy_factor(fit, grid, discrepancy, **kw)
+            out = out * _discrepancy_factor(fit, grid, discrepancy, seed=seed, S=len(out))
     return out
 
 
-def _discrepancy_factor(post, grid, discrepancy, *, seed, max_draws):
+def _discrepancy_factor(post, grid, discrepancy, *, seed, S):
     """``(S, n)`` factors ``exp(loc_s(x) + scale_s(x) z_s)`` of a posterior's discrepancy, with
-    one ``z_s`` per draw for every row (``1`` where a row does not extrapolate)."""
-    from .bayes import extrapolation_distance
-    from .bayes.intervals import (
-        extrapolation,
-        fitted_table,
-        input_columns,
-        sample_discrepancy,
-        signature_grid,
-    )
-
-    kw = {"seed": seed, "max_draws": max_draws}
-    mode = post.settings.get("discrepancy", "auto") if discrepancy is None else discrepancy
-    if isinstance(mode, str) and mode not in ("auto", "calibrated", "off"):
-        # e.g. "expansion": no per-row normal (its scale is 0), the draws are smooth already
-        return _call(post, grid, "mean", discrepancy=mode, **kw) / _call(post, grid, "mean", **kw)
-    if mode == "off" or not mode:
-        return np.ones(1)
-    if mode in ("auto", "calibrated"):
-        d, sigs = extrapolation(fitted_table(post), grid, input_columns(post.law))
-    else:
-        d, sigs = extrapolation_distance(post, grid), None
-    out = d > 0
-    if not out.any():
-        return np.ones(1)
-    # z_s: read from the posterior at one extrapolated row with a fixed tau (delta = tau d z)
-    i = int(np.flatnonzero(out)[0])
-    one = grid.iloc[[i]]
-    z = (np.log(_call(post, one, "mean", discrepancy=1.0, **kw)
-                / _call(post, one, "mean", discrepancy="off", **kw)) / d[i])
-    S = z.shape[0]
-    if sigs is None:  # a fixed tau
-        return np.exp(float(mode) * d[None, :] * z)
-    loc, scale = np.zeros((S, len(grid))), np.zeros((S, len(grid)))
-    for sig in sorted(set(sigs) - {""}):
-        rows = np.flatnonzero(sigs == sig)
-        g = signature_grid(post, sig, calibrated=mode == "calibrated")
-        # one generator per signature, as a forecast of that signature's rows alone draws
-        loc[:, rows], scale[:, rows], _ = sample_discrepancy(g, d[rows], S,
-                                                             np.random.default_rng(seed))
-    return np.exp(loc + scale * z)
+    one ``z_s`` per draw for every row (``1`` where no row extrapolates)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a labelled posterior's warning: said by its caller
+        factor, _ = post.discrepancy_draws(grid, S, seed=seed, discrepancy=discrepancy,
+                                           shared_z=True)
+    return np.ones(1) if factor is None else factor
 
 
 def band_from_draws(y: np.ndarray, levels=BAND_LEVELS) -> pd.DataFrame:

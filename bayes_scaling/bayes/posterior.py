@@ -190,15 +190,41 @@ class Posterior:
         x = _forecast_inputs(self.law, df)
         p, sigma = self._param_draws(max_draws)
         out = np.asarray(_vmapped_law(self.law)(p, x))
-        k_noise, k_disc = jax.random.split(jax.random.PRNGKey(seed))
+        k_noise = jax.random.split(jax.random.PRNGKey(seed))[0]  # [1]: the discrepancy's
         if kind == "predictive":
             out = observation_draws(out, sigma, self.settings["likelihood"], k_noise,
                                     c=self.settings["c"], student_df=self.settings["student_df"])
-        loc, scale, info = self._discrepancy(df, discrepancy, out.shape[0], seed)
-        if scale is not None:
-            z = np.asarray(jax.random.normal(k_disc, out.shape))
-            out = out * np.exp(loc + scale * z)
+        factor, info = self.discrepancy_draws(df, out.shape[0], seed=seed,
+                                              discrepancy=discrepancy)
+        if factor is not None:
+            out = out * factor
         return out, info
+
+    def discrepancy_draws(self, df, n_draws, *, seed=0, discrepancy=None, shared_z=False):
+        """The model-discrepancy factor of ``n_draws`` posterior draws at the rows of ``df``.
+
+        ``exp(loc_s(x) + scale_s(x) z_s(x))`` with ``loc = mu_s d^p_s`` and ``scale = tau_s d^p_s``,
+        ``(p_s, tau_s, mu_s)`` drawn from the discrepancy's grid posterior along the row's
+        signature (docs/forecasting.md, "Posterior of the discrepancy and the forecast mixture");
+        a fixed tau: ``loc = 0``, ``scale = tau d``; ``"expansion"``: its location, no normal.
+        :meth:`predict_draws` multiplies the law's draws by it. Each signature draws from a
+        generator of its own seeded by ``seed``, so a row's ``(loc, scale)`` do not depend on the
+        other rows asked with it. ``shared_z``: one normal ``z_s`` per draw for every row (common
+        random numbers, the ``z_s`` of a one-row query; :func:`bayes_scaling.plots.common_draws`);
+        otherwise one per (draw, row), as :meth:`predict_draws` draws them.
+
+        Returns:
+            ``(factor, info)``: an ``(n_draws, len(df))`` array (``None`` when no row leaves the
+            fitted range, or the discrepancy is off) and a per-row table: ``extrapolation``,
+            ``extrapolated``, ``discrepancy_tau``, ``discrepancy_shift``, ``discrepancy_basis``.
+        """
+        loc, scale, info = self._discrepancy(df, discrepancy, n_draws, seed)
+        if scale is None:
+            return None, info
+        n = len(info)
+        key = jax.random.split(jax.random.PRNGKey(seed))[1]  # predict_draws' k_disc
+        z = np.asarray(jax.random.normal(key, (n_draws, 1 if shared_z else n)))
+        return np.exp(loc + scale * z), info
 
     def _discrepancy(self, df, discrepancy, n_draws, seed):
         """``(S, n)`` means and sds of the discrepancy term (``None, None`` when none applies) and
@@ -238,11 +264,11 @@ class Posterior:
             tau_med[d > 0], basis[d > 0] = float(mode), "fixed tau"
             return 0.0, np.broadcast_to(mode * d, (n_draws, n)), info()
         loc, scale = np.zeros((n_draws, n)), np.zeros((n_draws, n))
-        rng = np.random.default_rng(seed)
         for sig in sorted(set(sigs) - {""}):
             rows = np.flatnonzero(sigs == sig)
             grid = signature_grid(self, sig, calibrated=mode == "calibrated")
-            loc[:, rows], scale[:, rows], tau = sample_discrepancy(grid, d[rows], n_draws, rng)
+            loc[:, rows], scale[:, rows], tau = sample_discrepancy(  # a generator per signature
+                grid, d[rows], n_draws, np.random.default_rng(seed))
             tau_med[rows] = float(np.median(tau))
             shift[rows] = np.median(loc[:, rows], 0)
             basis[rows] = grid["basis"]
