@@ -1329,7 +1329,8 @@ def per_dataset(units, method) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one split per dataset")
-    ap.add_argument("--nuts", action="store_true", help="NUTS posteriors instead of Laplace")
+    ap.add_argument("--nuts", action="store_true", help="NUTS posteriors instead of Laplace "
+                    "(tables and figures in out/forecast_honesty/nuts/)")
     scaleout.add_arguments(ap, executor="serial", workers=2, what="units")
     ap.add_argument("--variants", default="before,after,expansion",
                     help="predictives to score (expansion: every scale of EXPANSION_GRID; "
@@ -1344,6 +1345,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     t0 = time.time()
     method = "nuts" if a.nuts else "laplace"
+    if a.nuts:  # its tables and figures beside the Laplace ones, not over them
+        global OUT
+        OUT = OUT / "nuts"
+        OUT.mkdir(parents=True, exist_ok=True)
     asked = a.variants.split(",")
     variants = [v for v in VARIANTS if v in asked or (v.startswith("expansion-")
                                                        and "expansion" in asked)
