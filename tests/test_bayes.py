@@ -280,9 +280,11 @@ def test_the_floor_prior_is_stated_at_the_reference_ptpp(law):
     law = bs.laws.get(law)
     priors = B.default_priors(law)
     assert isinstance(priors["F"], B.AtReference) and priors["F"].exponent == "eta"
-    draws = [B.draw_prior(priors, jax.random.PRNGKey(i)) for i in range(2000)]
-    floor20 = np.log([d["F"] * ptpp.PTPP_REF ** -d["eta"] for d in draws])
-    log_eta = np.log([d["eta"] for d in draws])
+    draws = B.draw_prior(priors, jax.random.PRNGKey(0), shape=(2000,))
+    one = B.draw_prior(priors, jax.random.PRNGKey(1))  # one draw: floats
+    assert all(isinstance(v, float) for v in one.values())
+    floor20 = np.log(draws["F"] * ptpp.PTPP_REF ** -draws["eta"])
+    log_eta = np.log(draws["eta"])
     assert abs(np.corrcoef(floor20, log_eta)[0, 1]) < 0.08
     m, s = B.prior_loc_scale(next(p for p in law.params if p.name == "F"))
     assert np.mean(floor20) == pytest.approx(m, abs=0.2)

@@ -211,15 +211,19 @@ def prior_order(priors: dict, names) -> list:
     return sorted(names, key=lambda n: isinstance(priors[n], AtReference))
 
 
-def draw_prior(priors: dict, key, fixed: Mapping | None = None) -> dict:
-    """One draw of every parameter in ``priors`` (``fixed`` values given), conditional priors
-    after the parameters they depend on."""
+def draw_prior(priors: dict, key, fixed: Mapping | None = None, shape: tuple = ()) -> dict:
+    """Draws of every parameter in ``priors`` (``fixed`` values given), conditional priors
+    after the parameters they depend on: one draw (floats), or with ``shape`` arrays of that
+    many independent draws (in one call per parameter)."""
     names = prior_order(priors, priors)
     keys = jax.random.split(key, len(names))
+    shape = tuple(shape)
     out = dict(fixed or {})
     for k, n in zip(keys, names):
         if n not in out:
-            out[n] = float(prior_given(priors, n, out).sample(k))
+            d = prior_given(priors, n, out)  # a conditional prior has the batch shape of its given
+            x = d.sample(k, () if d.batch_shape else shape)
+            out[n] = np.asarray(x, float) if shape else float(x)
     return out
 
 
