@@ -27,6 +27,7 @@ residuals correct the table's rows and give the correlation of the rows a cut ho
 from __future__ import annotations
 
 import functools
+import math
 import re
 import warnings
 
@@ -451,7 +452,8 @@ def _block_terms(r, v0, g, w, rho, tau):
             wb * form(g, g))
 
 
-def tau_posterior(rows: pd.DataFrame) -> dict:
+def tau_posterior(rows: pd.DataFrame, tau_scale: float | None = None,
+                  mu_scale: float | None = None) -> dict:
     """The grid posterior of the discrepancy ``(p, a, tau)`` and of ``mu`` given them, from
     rehearsal rows (``r``, ``v0``, ``d``, ``row`` and the inner width ratio ``q``, 1 if absent).
 
@@ -469,11 +471,17 @@ def tau_posterior(rows: pd.DataFrame) -> dict:
     direction (column ``block``; else ``cut``) with the equicorrelated covariance of
     :func:`_block_terms` in place of ``diag(V)``, the block weighted by its rows' mean ``w``.
 
+    ``tau_scale`` / ``mu_scale``: the prior scales (default :data:`TAU_SCALE`, :data:`MU_SCALE`).
+
     Returns:
         ``{"p", "tau", "mu", "mu_sd", "w"}``: lists over the grid points of non-negligible weight
-        (``mu``, ``mu_sd``: the normal posterior of ``mu`` at that point; JSON-serialisable), and
-        ``n_rows`` (distinct training rows used).
+        (``mu``, ``mu_sd``: the normal posterior of ``mu`` at that point; JSON-serialisable),
+        ``n_rows`` (distinct training rows used) and ``log_evidence``: the log marginal likelihood
+        of the rows under the prior (up to a constant that does not depend on the prior's scales;
+        0 with no rows), what an empirical-Bayes choice of the scales maximises.
     """
+    tau_scale = TAU_SCALE if tau_scale is None else float(tau_scale)
+    mu_scale = MU_SCALE if mu_scale is None else float(mu_scale)
     rows = rows.astype({k: float for k in ("r", "v0", "d")})  # an empty part may be untyped
     rows = rows[np.isfinite(rows["r"]) & np.isfinite(rows["v0"])]
     n = len(rows)
@@ -484,7 +492,10 @@ def tau_posterior(rows: pd.DataFrame) -> dict:
     key = rows["block" if "block" in rows else "cut"].to_numpy()
     blocks = [np.flatnonzero(key == k) for k in pd.unique(key)]
     tau = TAU_GRID[:, None]
-    prior = -0.5 * (TAU_GRID / TAU_SCALE) ** 2
+    # the half-normal density of tau times the grid spacing, and p, a uniform: a normalised prior
+    prior = (-0.5 * (TAU_GRID / tau_scale) ** 2 + np.log(2.0 / math.sqrt(2 * math.pi) / tau_scale
+                                                        * (TAU_GRID[1] - TAU_GRID[0]))
+             - math.log(len(POWERS) * len(WIDTH_POWERS)))
     logp, ps, taus, mus, sds = [], [], [], [], []
     for p in POWERS:
         for a in WIDTH_POWERS:
@@ -495,19 +506,20 @@ def tau_posterior(rows: pd.DataFrame) -> dict:
                 ll += -0.5 * logdet - 0.5 * rr
                 A += gg
                 B += gr
-            s2 = 1.0 / (1.0 / MU_SCALE**2 + A)
-            logp.append(ll + 0.5 * B**2 * s2 + 0.5 * np.log(s2 / MU_SCALE**2) + prior)
+            s2 = 1.0 / (1.0 / mu_scale**2 + A)
+            logp.append(ll + 0.5 * B**2 * s2 + 0.5 * np.log(s2 / mu_scale**2) + prior)
             ps.append(np.full(TAU_GRID.size, p))
             taus.append(TAU_GRID)
             mus.append(B * s2)
             sds.append(np.sqrt(s2))
     logp, ps, taus, mus, sds = map(np.concatenate, (logp, ps, taus, mus, sds))
+    log_evidence = float(np.logaddexp.reduce(logp)) if n else 0.0
     wt = np.exp(logp - logp.max())
     keep = wt > 1e-9 * wt.sum()
     wt = wt[keep] / wt[keep].sum()
     return {"p": ps[keep].tolist(), "tau": taus[keep].tolist(), "mu": mus[keep].tolist(),
             "mu_sd": sds[keep].tolist(), "w": wt.tolist(),
-            "n_rows": int(rows["row"].nunique()) if n else 0}
+            "n_rows": int(rows["row"].nunique()) if n else 0, "log_evidence": log_evidence}
 
 
 def sample_discrepancy(grid: dict, d: np.ndarray, n_draws: int, rng):
