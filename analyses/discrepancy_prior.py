@@ -13,8 +13,8 @@ rows (leave one dataset out), against the current scales.
 
 The units are those of ``analyses/forecast_honesty.py`` (its splits, laws and fits: Laplace
 posteriors, seed 0, as its committed ``per_dataset.md``); each unit's posterior is saved with its
-rehearsal under ``out/discrepancy_prior/posteriors/`` (not committed; refitted when missing) and
-its rehearsal rows in ``rehearsal.json`` (committed). Scores per dataset, each dataset once:
+rehearsal under ``out/discrepancy_prior/posteriors/`` and
+its rehearsal rows in ``rehearsal.json`` (neither is committed: the run refits what is missing). Scores per dataset, each dataset once:
 ``bs.evaluate.calibration_by`` (coverage 50/80/90/95%, MSCE, interval scores, CRPS, width), beside
 the peers' intervals cached by ``forecast_honesty.py --variants baselines``.
 
@@ -118,11 +118,10 @@ def evidence(saved) -> pd.DataFrame:
     for slug, rec in saved.items():
         if rec["status"] != "ok":
             continue
-        parts = direction_rows(rec)
+        terms = [iv.grid_terms(r) for r in direction_rows(rec)]
         for st in SCALES:
             for sm in SCALES:
-                ev = sum(iv.tau_posterior(r, tau_scale=st, mu_scale=sm)["log_evidence"]
-                         for r in parts)
+                ev = sum(iv.log_evidence(t, st, sm) for t in terms)
                 out.append({"dataset": rec["dataset"], "unit": slug, "tau_scale": st,
                             "mu_scale": sm, "log_evidence": ev})
     return pd.DataFrame(out)
@@ -143,7 +142,7 @@ def forecast_rows(unit, tau_scale, mu_scale) -> pd.DataFrame | None:
     path = POSTS / f"{unit.slug}.nc"
     if not path.exists():
         return None
-    post = bs.load_posterior(path)
+    post = bs.load_posterior(path, law=fh.resolve_law(unit.law))
     old = iv.TAU_SCALE, iv.MU_SCALE
     iv.TAU_SCALE, iv.MU_SCALE = tau_scale, mu_scale
     try:
@@ -163,6 +162,11 @@ def report(todo, saved) -> str:
     datasets = sorted(ev["dataset"].unique())
     s_all = best_scales(ev)
     choice = {ds: best_scales(ev, ds) for ds in datasets}
+    own = {}
+    for ds, g in ev.groupby("dataset"):
+        per = g.groupby(["tau_scale", "mu_scale"])["log_evidence"].mean()
+        st, sm = per.idxmax()
+        own[ds] = (float(st), float(sm), float(per.max() - per.loc[(iv.TAU_SCALE, iv.MU_SCALE)]))
     rows = []
     for u in todo:
         if saved.get(u.slug, {}).get("status") != "ok" or u.dataset not in choice:
@@ -205,8 +209,13 @@ def report(todo, saved) -> str:
         f"{', '.join(datasets)}.", "",
         f"Scales learnt from every dataset: tau_scale {s_all[0]:g}, mu_scale {s_all[1]:g} "
         f"(current {iv.TAU_SCALE:g}, {iv.MU_SCALE:g}).", "",
-        "| dataset left out | tau_scale | mu_scale |", "|---|---|---|",
-        *[f"| {ds} | {st:g} | {sm:g} |" for ds, (st, sm) in choice.items()], "",
+        "Per dataset: the scales its own rehearsals prefer (its units' mean log evidence, "
+        "maximised alone), the gain in that mean over the current scales, and the scales the "
+        "other datasets choose for it (leave it out):", "",
+        "| dataset | its own tau_scale | its own mu_scale | gain (nats per unit) | left out: "
+        "tau_scale | left out: mu_scale |", "|---|---|---|---|---|---|",
+        *[f"| {ds} | {own[ds][0]:g} | {own[ds][1]:g} | {own[ds][2]:.1f} | {st:g} | {sm:g} |"
+          for ds, (st, sm) in choice.items()], "",
         "## Equal-weight mean over datasets", "",
         _md(t[t["dataset"] == "mean (datasets equal)"][cols]), "",
         "## Per dataset", ""]

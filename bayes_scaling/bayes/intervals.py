@@ -45,6 +45,7 @@ from .spec import data_pytree, make_spec
 
 __all__ = ["CUTS", "INTERVAL_VERSION", "MU_SCALE", "NULL_REPLICATES", "POWERS", "TAU_GRID",
            "TAU_SCALE", "WIDTH_POWERS", "FittedRange", "calibrate_rows", "directions",
+           "grid_terms", "log_evidence",
            "extrapolation", "fitted_table", "input_columns", "null_statistics", "rehearsal_rows",
            "rehearsal_spec", "rehearse", "rehearsed_directions", "sample_discrepancy",
            "signature_grid", "tau_posterior"]
@@ -480,8 +481,25 @@ def tau_posterior(rows: pd.DataFrame, tau_scale: float | None = None,
         of the rows under the prior (up to a constant that does not depend on the prior's scales;
         0 with no rows), what an empirical-Bayes choice of the scales maximises.
     """
-    tau_scale = TAU_SCALE if tau_scale is None else float(tau_scale)
-    mu_scale = MU_SCALE if mu_scale is None else float(mu_scale)
+    terms = grid_terms(rows)
+    logp, mus, sds = _with_prior(terms, TAU_SCALE if tau_scale is None else float(tau_scale),
+                                 MU_SCALE if mu_scale is None else float(mu_scale))
+    n = terms["n"]
+    log_evidence = float(np.logaddexp.reduce(logp)) if n else 0.0
+    wt = np.exp(logp - logp.max())
+    keep = wt > 1e-9 * wt.sum()
+    wt = wt[keep] / wt[keep].sum()
+    return {"p": terms["p"][keep].tolist(), "tau": terms["tau"][keep].tolist(),
+            "mu": mus[keep].tolist(), "mu_sd": sds[keep].tolist(), "w": wt.tolist(),
+            "n_rows": terms["n_rows"], "log_evidence": log_evidence}
+
+
+def grid_terms(rows: pd.DataFrame) -> dict:
+    """What :func:`tau_posterior` needs of the rehearsal rows, whatever the prior's scales: on
+    the grid of ``(p, a, tau)`` (flattened), the log likelihood with ``mu = 0`` (``ll``) and the
+    sums ``A``, ``B`` of the closed-form integral over ``mu``; with ``p``, ``tau`` per grid point,
+    ``n`` rows and ``n_rows`` distinct training rows. :func:`log_evidence` reads it at any
+    scales."""
     rows = rows.astype({k: float for k in ("r", "v0", "d")})  # an empty part may be untyped
     rows = rows[np.isfinite(rows["r"]) & np.isfinite(rows["v0"])]
     n = len(rows)
@@ -492,11 +510,7 @@ def tau_posterior(rows: pd.DataFrame, tau_scale: float | None = None,
     key = rows["block" if "block" in rows else "cut"].to_numpy()
     blocks = [np.flatnonzero(key == k) for k in pd.unique(key)]
     tau = TAU_GRID[:, None]
-    # the half-normal density of tau times the grid spacing, and p, a uniform: a normalised prior
-    prior = (-0.5 * (TAU_GRID / tau_scale) ** 2 + np.log(2.0 / math.sqrt(2 * math.pi) / tau_scale
-                                                        * (TAU_GRID[1] - TAU_GRID[0]))
-             - math.log(len(POWERS) * len(WIDTH_POWERS)))
-    logp, ps, taus, mus, sds = [], [], [], [], []
+    lls, As, Bs, ps = [], [], [], []
     for p in POWERS:
         for a in WIDTH_POWERS:
             g = d**p * q**a
@@ -506,20 +520,34 @@ def tau_posterior(rows: pd.DataFrame, tau_scale: float | None = None,
                 ll += -0.5 * logdet - 0.5 * rr
                 A += gg
                 B += gr
-            s2 = 1.0 / (1.0 / mu_scale**2 + A)
-            logp.append(ll + 0.5 * B**2 * s2 + 0.5 * np.log(s2 / mu_scale**2) + prior)
+            lls.append(ll)
+            As.append(A)
+            Bs.append(B)
             ps.append(np.full(TAU_GRID.size, p))
-            taus.append(TAU_GRID)
-            mus.append(B * s2)
-            sds.append(np.sqrt(s2))
-    logp, ps, taus, mus, sds = map(np.concatenate, (logp, ps, taus, mus, sds))
-    log_evidence = float(np.logaddexp.reduce(logp)) if n else 0.0
-    wt = np.exp(logp - logp.max())
-    keep = wt > 1e-9 * wt.sum()
-    wt = wt[keep] / wt[keep].sum()
-    return {"p": ps[keep].tolist(), "tau": taus[keep].tolist(), "mu": mus[keep].tolist(),
-            "mu_sd": sds[keep].tolist(), "w": wt.tolist(),
-            "n_rows": int(rows["row"].nunique()) if n else 0, "log_evidence": log_evidence}
+    return {"ll": np.concatenate(lls), "A": np.concatenate(As), "B": np.concatenate(Bs),
+            "p": np.concatenate(ps), "tau": np.tile(TAU_GRID, len(POWERS) * len(WIDTH_POWERS)),
+            "n": n, "n_rows": int(rows["row"].nunique()) if n else 0}
+
+
+def _with_prior(terms: dict, tau_scale: float, mu_scale: float):
+    """``(log p, mu mean, mu sd)`` on the grid: ``terms`` (:func:`grid_terms`) under the priors
+    ``tau ~ HalfNormal(tau_scale)`` (its density times the grid spacing, ``p`` and ``a``
+    uniform: a normalised prior) and ``mu ~ N(0, mu_scale^2)`` integrated out."""
+    tau = terms["tau"]
+    prior = (-0.5 * (tau / tau_scale) ** 2
+             + math.log(2.0 / math.sqrt(2 * math.pi) / tau_scale * (TAU_GRID[1] - TAU_GRID[0]))
+             - math.log(len(POWERS) * len(WIDTH_POWERS)))
+    s2 = 1.0 / (1.0 / mu_scale**2 + terms["A"])
+    logp = terms["ll"] + 0.5 * terms["B"] ** 2 * s2 + 0.5 * np.log(s2 / mu_scale**2) + prior
+    return logp, terms["B"] * s2, np.sqrt(s2)
+
+
+def log_evidence(terms: dict, tau_scale: float, mu_scale: float) -> float:
+    """The log marginal likelihood of rehearsal rows (their :func:`grid_terms`) under the prior
+    scales (0 with no rows; up to a constant that does not depend on the scales)."""
+    if not terms["n"]:
+        return 0.0
+    return float(np.logaddexp.reduce(_with_prior(terms, tau_scale, mu_scale)[0]))
 
 
 def sample_discrepancy(grid: dict, d: np.ndarray, n_draws: int, rng):
