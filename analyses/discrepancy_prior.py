@@ -59,7 +59,7 @@ def units(datasets=None, m3=12) -> list:
     if datasets:
         out = [u for u in out if u.dataset in datasets or u.dataset.split("/")[0] in datasets]
     m3_units = [u for u in out if u.dataset == "bible_m3"]
-    keep = set(id(u) for u in m3_units[:: max(1, len(m3_units) // max(m3, 1))][:m3]) if m3 else set()
+    keep = {id(u) for u in m3_units[:: max(1, len(m3_units) // max(m3, 1))][:m3]} if m3 else set()
     return [u for u in out if u.dataset != "bible_m3" or id(u) in keep]
 
 
@@ -227,15 +227,8 @@ def report(todo, saved) -> str:
 
 
 def _md(t: pd.DataFrame) -> str:
-    t = t.copy()
-    for c in t:
-        if c.startswith("cov") or c.startswith("width"):
-            t[c] = (100 * t[c]).map(lambda v: f"{v:.0f}%" if c.startswith("cov") else f"{v:.1f}%")
-        elif c in ("msce", "is50", "is90", "crps"):
-            t[c] = t[c].map(lambda v: f"{v:.4g}")
-    head = "| " + " | ".join(t.columns) + " |"
-    return "\n".join([head, "|" + "---|" * len(t.columns)]
-                     + ["| " + " | ".join(map(str, r)) + " |" for r in t.itertuples(index=False)])
+    """A scores table as forecast_honesty's per_dataset.md writes it."""
+    return bs.evaluate.markdown_table(fh._fmt_scores(t))
 
 
 def main(argv=None) -> int:

@@ -27,6 +27,13 @@ from .predictive import observation_draws
 from .spec import Spec
 
 
+def _draw_keys(seed):
+    """``(noise key, discrepancy key)`` of a forecast's draws at ``seed``: the observation noise
+    of :meth:`Posterior.predict_draws` and the normals of :meth:`Posterior.discrepancy_draws`."""
+    k_noise, k_disc = jax.random.split(jax.random.PRNGKey(seed))
+    return k_noise, k_disc
+
+
 @dataclass
 class Posterior:
     """Posterior draws of a law's parameters, with diagnostics, forecasts and persistence.
@@ -190,7 +197,7 @@ class Posterior:
         x = _forecast_inputs(self.law, df)
         p, sigma = self._param_draws(max_draws)
         out = np.asarray(_vmapped_law(self.law)(p, x))
-        k_noise = jax.random.split(jax.random.PRNGKey(seed))[0]  # [1]: the discrepancy's
+        k_noise, _ = _draw_keys(seed)
         if kind == "predictive":
             out = observation_draws(out, sigma, self.settings["likelihood"], k_noise,
                                     c=self.settings["c"], student_df=self.settings["student_df"])
@@ -222,7 +229,7 @@ class Posterior:
         if scale is None:
             return None, info
         n = len(info)
-        key = jax.random.split(jax.random.PRNGKey(seed))[1]  # predict_draws' k_disc
+        _, key = _draw_keys(seed)
         z = np.asarray(jax.random.normal(key, (n_draws, 1 if shared_z else n)))
         return np.exp(loc + scale * z), info
 
