@@ -146,6 +146,64 @@ def write_seeds_section(rows, command):
     replace_section("NUTS across seeds", section)
 
 
+def refits(n, seed0=0):
+    """Same-shape refits in one process: Chinchilla on 40 simulated rows, fitted ``n`` times (new
+    noise each time), with the chains' program taking the data as arguments (the default) and,
+    alternately, with the data as constants of the program (``jax.jit(jax.vmap(chain))``, the
+    engine before 18cfc4e), which compiles a new program for every table. Returns one row per
+    fit: variant, index, wall seconds."""
+    import jax
+    import bayes_scaling as bs
+    from bayes_scaling.bayes import nuts
+
+    law = bs.laws.get("chinchilla")
+    grid = pd.DataFrame([{"N": n_, "D": n_ * t} for n_ in (1e7, 2e7, 4e7, 8e7, 1.6e8)
+                         for t in (5, 10, 20, 40, 80, 160, 320, 640)])
+    truth = np.asarray(law(law.example, grid))
+    build = nuts._mcmc
+    variants = {"arguments": nuts._vectorized,
+                "constants": lambda run_chain: jax.jit(jax.vmap(run_chain))}
+    rows = []
+    for i in range(n):
+        for name, method in variants.items():
+            rng = np.random.default_rng(seed0 + 1000 * i + (name == "constants"))
+            df = grid.assign(loss=truth * np.exp(0.01 * rng.standard_normal(len(grid))))
+            def with_method(*a, method=method, **k):  # the cached MCMC object, this chain method
+                mcmc = build(*a, **k)
+                mcmc.chain_method = method
+                return mcmc
+
+            nuts._mcmc = with_method
+            try:
+                t = time.perf_counter()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    bs.fit_posterior(law, df, seed=i, progress_bar=False)
+                rows.append({"variant": name, "fit": i, "wall_s": time.perf_counter() - t})
+            finally:
+                nuts._mcmc = build
+            print(f"{name:9s} fit {i}: {rows[-1]['wall_s']:.1f} s", flush=True)
+    return rows
+
+
+def refits_section(rows, command):
+    df = pd.DataFrame(rows)
+    later = df[df["fit"] > 0].groupby("variant")["wall_s"].median()
+    first = df[df["fit"] == 0].set_index("variant")["wall_s"]
+    load = os.getloadavg()
+    return ("## NUTS refits of the same shape in one process\n\n"
+            "Chinchilla on 40 simulated rows (new noise per fit), default settings, fits "
+            "alternating between the chains' program taking the data as arguments (the engine "
+            "since 18cfc4e) and the data baked into the program as constants (before), in one "
+            f"process. Command:\n\n    {command}\n\n"
+            "| program | first fit (s) | median of later fits (s) |\n|---|---|---|\n"
+            + "".join(f"| data as {v} | {first[v]:.1f} | {later[v]:.1f} |\n"
+                      for v in ("arguments", "constants"))
+            + f"\nLater fits: {later['arguments'] / later['constants']:.2f}x the time with the "
+            f"data as arguments ({len(df) // 2} fits each; load average "
+            f"{load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f} at the end).\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-naive", action="store_true")
@@ -155,8 +213,20 @@ def main():
     ap.add_argument("--seeds", type=int, default=0, help="instead: run the default "
                     "(vectorised) configuration with seeds 0..N-1 and report each seed's "
                     "diagnostics (divergences are rare events; one seed says little)")
+    ap.add_argument("--refits", type=int, default=0, help="instead: N same-shape refits of a "
+                    "small Chinchilla table in one process, the chains' program with the data as "
+                    "arguments against the data as constants (section 'NUTS refits of the same "
+                    "shape in one process')")
     ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.refits:
+        md = refits_section(refits(args.refits), ".venv/bin/python benchmarks/nuts_speed.py "
+                            + " ".join(sys.argv[1:]))
+        print(md)
+        if args.write:
+            from _report import replace_section
+            replace_section("NUTS refits of the same shape in one process", md)
+        return
     if args.one:
         print(json.dumps(run(*args.one)))
         return
