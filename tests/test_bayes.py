@@ -502,6 +502,37 @@ def test_nuts_refits_tables_of_another_size_in_one_process(chin_data, chin_nuts)
     assert np.all(np.isfinite(b.draws("alpha")))
 
 
+def test_a_refit_of_the_same_shape_lowers_no_new_program(chin_data):
+    """The chains' program takes the data, centre and whitening as arguments: a second fit on
+    another table of the same shape (new losses, so a new mode and whitening) reuses every
+    compiled program of the first, without tracing or lowering any (with the data as constants
+    of the program, each fit lowered and compiled its own)."""
+    from jax import monitoring
+
+    lowered = []
+
+    def listen(event, duration, **kw):
+        if event.endswith("jaxpr_to_mlir_module_duration"):
+            lowered.append(kw.get("fun_name"))
+
+    kw = dict(num_chains=2, num_warmup=200, num_samples=200, progress_bar=False, retries=0)
+    rng = np.random.default_rng(5)
+    tables = [chin_data.assign(loss=chin_data["loss"] * np.exp(0.003 * rng.standard_normal(
+        len(chin_data)))) for _ in range(2)]
+    monitoring.register_event_duration_secs_listener(listen)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            first = bs.fit_posterior("chinchilla", tables[0], seed=0, **kw)
+            n_first = len(lowered)
+            second = bs.fit_posterior("chinchilla", tables[1], seed=1, **kw)
+    finally:
+        monitoring.unregister_event_duration_listener(listen)
+    assert n_first > 0  # the listener sees the first fit's programs
+    assert lowered[n_first:] == []
+    assert not np.allclose(first.draws("A"), second.draws("A"))  # a fit of its own table
+
+
 def test_auto_chains_run_in_parallel_when_the_process_has_a_device_per_chain():
     """chain_method="auto": one chain per host device when there are enough (a subprocess, since
     the device count is fixed when JAX starts), and the chains still find the generator."""
