@@ -127,6 +127,36 @@ def refine_mode(spec, data, s) -> Mode:
     return laplace(spec, data, _newton(spec, data, np.asarray(s))[0])
 
 
+# |u| beyond which a bounded parameter's value rounds onto its bound (sigmoid(37) == 1.0 in
+# float64), and the smaller limits tried in turn when the value still rounds there
+_U_LIMITS = (30.0, 15.0, 8.0)
+
+
+def _sampling_starts(spec, data, u):
+    """``u`` (starts in the unconstrained coordinates, one per row) in the sampling coordinates.
+
+    An optimiser's endpoint can sit so far out in ``u`` that its value rounds onto a bound
+    (a MAP at a parameter's upper bound: ``u = 40`` gives ``sigmoid(u) == 1.0``); the sampling
+    coordinates of that value are infinite, and whether any start escapes it depended on the
+    seed. Such a start's bounded parameters are pulled in to ``|u| <= 30`` (then 15, 8): the
+    same point to within 1e-13 of the bounds' range, with finite coordinates; Newton then moves
+    it to the mode of the sampled density."""
+    to_s = to_s_batch(spec)
+    s0 = np.array(to_s(jnp.asarray(u), data["ref"]))
+    for c in _U_LIMITS:
+        bad = ~np.all(np.isfinite(s0), axis=1)
+        if not bad.any():
+            break
+        v = u[bad].copy()
+        for i, p in enumerate(spec.space.free):
+            if p.kind in ("interval", "log_interval"):
+                v[:, i] = np.clip(v[:, i], -c, c)
+            elif p.kind in ("lower", "upper"):
+                v[:, i] = np.maximum(v[:, i], -c)
+        s0[bad] = np.asarray(to_s(jnp.asarray(v), data["ref"]))
+    return s0
+
+
 def find_modes(spec, data, u_ok, values, max_starts=4):
     """Modes of the sampled density: damped Newton from the best distinct MAP endpoints (mapped
     into the sampling coordinates); distinct modes sorted by Laplace mass."""
@@ -137,7 +167,7 @@ def find_modes(spec, data, u_ok, values, max_starts=4):
             starts.append(j)
         if len(starts) >= max_starts:
             break
-    s0 = np.asarray(to_s_batch(spec)(jnp.asarray(u_ok[starts]), data["ref"]))
+    s0 = _sampling_starts(spec, data, np.asarray(u_ok[starts], float))
     found = [_newton(spec, data, si) for si in s0]
     found = [(si, lp) for si, lp in found if np.isfinite(lp)]
     if not found:
