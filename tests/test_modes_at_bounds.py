@@ -16,8 +16,8 @@ from bayes_scaling.bayes.spec import data_pytree, make_spec
 
 def _table():
     law = bs.scalebench.get("parallel_scaling_law", "sl_4")  # a N^b + c S^-0.5 + d, bounded
-    truth = dict(a=900.0, b=-0.25, c=0.3, d=1.2)  # a beyond its upper bound 500
-    grid = pd.DataFrame([dict(num_params=n, parallel_size=s)
+    truth = {"a": 900.0, "b": -0.25, "c": 0.3, "d": 1.2}  # a beyond its upper bound 500
+    grid = pd.DataFrame([{"num_params": n, "parallel_size": s}
                          for n in (5e8, 1e9, 2e9, 4e9) for s in (1, 2, 4, 8)])
     x = {"N": grid["num_params"].to_numpy(float), "S": grid["parallel_size"].to_numpy(float)}
     loss = np.asarray(law.fn(truth, x)) * np.exp(
