@@ -168,9 +168,12 @@ def refits(n, seed0=0):
         for name, method in variants.items():
             rng = np.random.default_rng(seed0 + 1000 * i + (name == "constants"))
             df = grid.assign(loss=truth * np.exp(0.01 * rng.standard_normal(len(grid))))
+            touched = []
+
             def with_method(*a, method=method, **k):  # the cached MCMC object, this chain method
                 mcmc = build(*a, **k)
                 mcmc.chain_method = method
+                touched.append(mcmc)
                 return mcmc
 
             nuts._mcmc = with_method
@@ -180,8 +183,10 @@ def refits(n, seed0=0):
                     warnings.simplefilter("ignore")
                     bs.fit_posterior(law, df, seed=i, progress_bar=False)
                 rows.append({"variant": name, "fit": i, "wall_s": time.perf_counter() - t})
-            finally:
+            finally:  # the engine's own chain method again, on every object this fit touched
                 nuts._mcmc = build
+                for mcmc in touched:
+                    mcmc.chain_method = variants["arguments"]
             print(f"{name:9s} fit {i}: {rows[-1]['wall_s']:.1f} s", flush=True)
     return rows
 

@@ -70,10 +70,14 @@ def _vectorized(run_chain):
     the program, so every fit would compile a new one (7 s of an 8 s Chinchilla fit). Here they are
     arguments of a program kept on the MCMC object, which later fits of the same shapes reuse (and
     whose compiled form the persistent cache finds across processes)."""
-    fn, static = run_chain.func, dict(run_chain.keywords)
+    static = dict(getattr(run_chain, "keywords", None) or {})
+    fn = getattr(run_chain, "func", None)
+    owner = getattr(fn, "__self__", None)  # the (cached) MCMC object
+    if owner is None or "args" not in static or "kwargs" not in static:
+        return jax.jit(jax.vmap(run_chain))  # a NumPyro of another shape: one program per fit
     args, kwargs = static.pop("args"), static.pop("kwargs")
-    owner = fn.__self__  # the (cached) MCMC object
-    key = (tuple(sorted(static.items())), tuple(sorted(owner._collection_params.items())))
+    key = (tuple(sorted(static.items())),
+           tuple(sorted(getattr(owner, "_collection_params", {}).items())))
     programs = owner.__dict__.setdefault("_bayes_scaling_programs", {})
     if key not in programs:
         def one_chain(init, a, k):
