@@ -8,6 +8,7 @@ the blocks a model samples in (:func:`choose_blocks`).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -162,3 +163,77 @@ def _resolve_block(block: Coordinates, law: Law) -> Coordinates:
         coords = tuple(law.param(c) if isinstance(c, str) else c for c in block.coords)
         _RESOLVED[key] = (dataclasses.replace(block, coords=coords), block)
     return _RESOLVED[key][0]
+
+
+# A signed parameter is "wide" when its bounds span at least this many times its size at the mode
+# (the larger of |value| and its Laplace sd) and at least this many units: a coefficient the
+# law's author left free to take any sign and any magnitude, e.g. ScaleBench's ``c`` in ``c N^q``
+# bounded by +-1e6 (exponents bounded by (-2, 0.5) or (-5, 5) are not).
+SIGNED_WIDE = 100.0
+_SIGNED_BLOCKS: dict = {}
+
+
+def _log_cosh(v):
+    a = jnp.abs(v)
+    return a + jnp.log1p(jnp.exp(-2.0 * a)) - math.log(2.0)
+
+
+def signed_coordinates(name: str, scale: float) -> Coordinates:
+    """Sample a signed coefficient ``c`` as ``asinh(c / scale)``.
+
+    ``c = scale sinh(v)``: linear in ``v`` for ``|c| < scale`` and ``sign(c) (log 2|c| - log
+    scale)`` beyond, so a coefficient of either sign whose posterior spans orders of magnitude
+    (``c`` in ``c N^q`` with ``q`` uncertain: the data pin ``c N0^q`` near the centre of the
+    table, so ``c`` moves as ``exp(-q log N0)``, a curved ridge in ``(c, q)``) is sampled on a
+    log scale where the ridge is straight, while a posterior that straddles 0 stays on a linear
+    one. ``log |dc/dv| = log scale + log cosh v``. The prior stays on ``c``.
+    """
+    key = (name, float(scale))
+    if key in _SIGNED_BLOCKS:
+        return _SIGNED_BLOCKS[key]
+    coord = f"asinh_{name}"
+    s = float(scale)
+
+    def to_params(c, r):
+        return {name: s * jnp.sinh(c[coord])}
+
+    def from_params(p, r):
+        return {coord: jnp.arcsinh(p[name] / s)}
+
+    def log_det(c, r):
+        return math.log(s) + _log_cosh(c[coord])
+
+    block = Coordinates(f"signed_{name}", (name,),
+                        (Param(coord, init=(-3.0, 3.0), doc=f"asinh({name} / {s:g})"),),
+                        to_params, from_params, lambda x: {}, signed_coordinates.__doc__,
+                        log_det=log_det)
+    _SIGNED_BLOCKS[key] = block
+    return block
+
+
+def signed_blocks(spec, mode, ref) -> tuple:
+    """The :func:`signed_coordinates` blocks for ``spec``'s wide signed parameters (sampled as
+    themselves, bounds spanning ``SIGNED_WIDE`` times their size at ``mode``), each scaled by the
+    parameter's Laplace sd at the mode rounded to a power of ten (so refits of similar tables
+    share their compiled programs)."""
+    if not mode.hessian_ok:
+        return ()
+    names = [p.name for p in spec.sampled]
+    s_hat = jnp.asarray(mode.s)
+    theta = spec.theta_s(s_hat, ref)
+    out = []
+    for p in spec.plain:
+        if p.name == "sigma" or not (p.lower < 0 < p.upper) or p.kind not in ("interval", "real"):
+            continue
+        i = names.index(p.name)
+        # the plain parameter is a function of its own coordinate only
+        dth = jax.grad(lambda v, i=i, p=p: p.from_unconstrained(v))(s_hat[i])
+        sd = float(abs(dth) * math.sqrt(max(float(mode.cov[i, i]), 0.0)))
+        value = abs(float(theta[p.name]))
+        size = max(value, sd)
+        span = (p.upper - p.lower) if math.isfinite(p.upper - p.lower) else p.init[1] - p.init[0]
+        if (not (size > 0 and math.isfinite(size)) or span < SIGNED_WIDE * size
+                or span < SIGNED_WIDE):
+            continue
+        out.append(signed_coordinates(p.name, 10.0 ** round(math.log10(sd if sd > 0 else value))))
+    return tuple(out)

@@ -180,7 +180,10 @@ class Spec:
 
     def _soft(self, p) -> bool:
         """Whether ``p``'s finite bounds are soft in the sampled density: a positive parameter
-        (:func:`log_scale`) computed by a coordinate block (which keeps it positive itself)."""
+        (:func:`log_scale`) computed by a coordinate block (which keeps it positive itself), or a
+        signed one sampled on the asinh scale (:func:`~.coordinates.signed_coordinates`)."""
+        if any(b.name == f"signed_{p.name}" for b in self.blocks):
+            return True
         return log_scale(p) and any(p.name in b.params for b in self.blocks)
 
     def _inside(self, theta):
@@ -198,8 +201,8 @@ class Spec:
         out = dict(theta)
         for p in self.free:
             if self._soft(p):
-                out[p.name] = jnp.clip(theta[p.name], p.lower * (1 + 1e-12),
-                                       p.upper * (1 - 1e-12))
+                out[p.name] = jnp.clip(theta[p.name], p.lower + 1e-12 * abs(p.lower),
+                                       p.upper - 1e-12 * abs(p.upper))
         return out
 
     def soft_bounds(self, theta):
@@ -213,13 +216,27 @@ class Spec:
         a wall inside the sampled space, which the chains hit wherever the posterior reaches
         it (Chinchilla on Epoch's 20 smallest-compute runs: 105 divergent transitions). The
         density is continuous across a soft bound (the prior is held at its value on the bound, the
-        penalty starts with zero slope) and unchanged inside the box.
+        penalty starts with zero slope) and unchanged inside the box. A signed parameter sampled
+        on the asinh scale gets the same penalty in ``log |theta|`` past either bound (its
+        coordinate is the whole real line: a hard bound would be a wall there too).
         """
         out = 0.0
         for p in self.free:
             if not self._soft(p):
                 continue
-            lv = jnp.log(theta[p.name])
+            v = theta[p.name]
+            if p.lower < 0 < p.upper:  # signed: the same penalty in log |theta| past a bound
+                tiny = 1e-300
+                if math.isfinite(p.upper):
+                    out = out - 0.5 * (jnp.maximum(jnp.log(jnp.maximum(v, tiny))
+                                                   - math.log(p.upper), 0.0)
+                                       / SOFT_BOUND_WIDTH) ** 2
+                if math.isfinite(p.lower):
+                    out = out - 0.5 * (jnp.maximum(jnp.log(jnp.maximum(-v, tiny))
+                                                   - math.log(-p.lower), 0.0)
+                                       / SOFT_BOUND_WIDTH) ** 2
+                continue
+            lv = jnp.log(v)
             if p.lower > 0:
                 out = out - 0.5 * (jnp.minimum(lv - math.log(p.lower), 0.0)
                                    / SOFT_BOUND_WIDTH) ** 2
