@@ -2,8 +2,9 @@
 
 A law declares its own blocks (``Law.coordinates``, e.g. the PTPP gate in ``laws/ptpp.py``) and the
 coefficients that enter it linearly (``Law.linear``); this module holds the blocks that apply to
-any law (power-term centring, the level of the law and the shares of its linear terms) and picks
-the blocks a model samples in (:func:`choose_blocks`).
+any law (power-term centring, the level of the law and the shares of its linear terms, the asinh
+scale of a wide signed coefficient) and picks the blocks a model samples in (:func:`choose_blocks`,
+and :func:`signed_blocks` at the posterior mode).
 """
 from __future__ import annotations
 
