@@ -14,6 +14,7 @@ import bayes_scaling as bs
 from bayes_scaling import bayes as B
 from bayes_scaling.bayes.coordinates import signed_coordinates
 from bayes_scaling.laws import Law, Param
+from conftest import simulate
 
 TRUE = {"E": 2.0, "c": 3e3, "q": -0.5}
 
@@ -33,10 +34,8 @@ LAW = Law(  # a benchmark-style law: its coefficient bounded by +-1e6, its expon
 
 @pytest.fixture(scope="module")
 def table():
-    N = np.geomspace(1e7, 4e9, 24)
-    rng = np.random.default_rng(3)
-    loss = np.asarray(LAW(TRUE, {"N": jnp.asarray(N)})) * np.exp(0.01 * rng.standard_normal(24))
-    return pd.DataFrame({"N": N, "loss": loss})
+    grid = pd.DataFrame({"N": np.geomspace(1e7, 4e9, 24)})
+    return simulate(LAW, grid, TRUE, noise=0.01, seed=3).drop(columns="clean")
 
 
 def test_the_asinh_coordinate_is_an_exact_change_of_variables(table):
