@@ -201,8 +201,10 @@ class Spec:
         out = dict(theta)
         for p in self.free:
             if self._soft(p):
-                out[p.name] = jnp.clip(theta[p.name], p.lower + 1e-12 * abs(p.lower),
-                                       p.upper - 1e-12 * abs(p.upper))
+                # just inside each finite bound (``inf - 1e-12 * inf`` would be nan)
+                lo = p.lower + 1e-12 * abs(p.lower) if math.isfinite(p.lower) else p.lower
+                hi = p.upper - 1e-12 * abs(p.upper) if math.isfinite(p.upper) else p.upper
+                out[p.name] = jnp.clip(theta[p.name], lo, hi)
         return out
 
     def soft_bounds(self, theta):
