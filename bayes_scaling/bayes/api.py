@@ -14,7 +14,7 @@ import pandas as pd
 from ..checks import check_fit_options
 from ..errors import BayesScalingError, MultimodalWarning
 from ..objective import data_hash
-from .coordinates import signed_blocks
+from .coordinates import linear_block, signed_blocks
 from .distributions import FlatPrior, HUBER_C
 from .likelihood import STUDENT_DF
 from .model import log_joint_batch, pointwise_batch, recoord_batch, theta_s_batch
@@ -506,8 +506,10 @@ def _inference_data(spec, data, vdf, s, extra, loglik=True):
 
 def _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw, method):
     """Let each coordinate block with a ``switch`` look at the top mode and swap itself for
-    coordinates that suit this table better, and sample wide signed parameters on an asinh
-    scale (:func:`~.coordinates.signed_blocks`); modes are searched again in the new ones."""
+    coordinates that suit this table better, sample the signed coefficients the law is affine in
+    as its values at some rows (:func:`~.coordinates.linear_block`) and other wide signed
+    parameters on an asinh scale (:func:`~.coordinates.signed_blocks`); modes are searched again
+    in the new ones."""
     top = modes[0]
     ref = data["ref"]
     blocks, changed = [], False
@@ -518,9 +520,11 @@ def _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw, method):
                            ref[b.name], method)
         blocks.append(alt if alt is not None else b)
         changed |= alt is not None
-    signed = signed_blocks(spec, top, ref)
-    blocks += list(signed)
-    changed |= bool(signed)
+    linear = linear_block(spec, top, data)
+    taken = {n for b in linear for n in b.params}
+    signed = tuple(b for b in signed_blocks(spec, top, ref) if not set(b.params) & taken)
+    blocks += list(signed) + list(linear)  # the linear block reads the law: last
+    changed |= bool(signed) or bool(linear)
     if not changed:
         return spec, data, modes
     new = make_spec(spec.law, coordinates=tuple(blocks), **kw)

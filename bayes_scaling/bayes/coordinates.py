@@ -13,6 +13,8 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import scipy.linalg
 
 from ..errors import BayesScalingError
 from ..laws import Coordinates, Law, Param
@@ -238,3 +240,123 @@ def signed_blocks(spec, mode, ref) -> tuple:
             continue
         out.append(signed_coordinates(p.name, 10.0 ** round(math.log10(sd if sd > 0 else value))))
     return tuple(out)
+
+
+# ``linear_block``: the affinity check's relative tolerance and its test points per coefficient.
+LINEAR_RTOL = 1e-7
+_LINEAR_BLOCKS: dict = {}
+
+
+def _affine_parts(law, coefs, others, x):
+    """``(h, G)`` with ``law(others + c, x) = h + G c`` when the law is affine in ``coefs``: one
+    batched evaluation at ``c = 0`` and at each unit vector (``G`` is rows x coefficients)."""
+    basis = jnp.concatenate([jnp.zeros((1, len(coefs))), jnp.eye(len(coefs))])
+    vals = jax.vmap(lambda cv: law.fn({**others, **{c: cv[j] for j, c in enumerate(coefs)}},
+                                      x))(basis)
+    return vals[0], (vals[1:] - vals[0]).T
+
+
+def linear_coordinates(coefs: tuple, points: dict) -> Coordinates:
+    """Sample the coefficients ``c_1..c_J`` a law is affine in as its values at ``J`` points.
+
+    With the other parameters held, ``f(x) = h(x) + sum_j c_j g_j(x)``. At the points
+    ``x_1..x_J`` (rows of the table, :func:`linear_block`) the coordinates are
+    ``value_k = f(x_k)``; the inverse solves ``G c = value - h`` with ``G_kj = g_j(x_k)``, and
+    ``log |det dc / dvalue| = -log |det G|``. The priors stay on the coefficients.
+
+    Why: the data pin the law's values at the table's rows to within the noise, whatever the
+    exponents inside ``g_j``; the coefficients are not pinned. In ``c0 + c1 (N^-alpha +
+    S^-beta)`` on sizes spanning one decade, ``c1 alpha`` and ``c0 + c1`` are fixed by the data
+    while ``c1`` grows as ``1 / alpha`` and ``c0`` falls with it: a ridge curved in any
+    coordinates of ``(c0, c1, alpha)``, through ``c0 = 0``. In the values it is the line along
+    ``alpha`` alone. Unlike :func:`level_coordinates` the coefficients may take either sign.
+    """
+    key = (tuple(coefs), tuple((k, np.asarray(v).tobytes()) for k, v in sorted(points.items())))
+    if key in _LINEAR_BLOCKS:
+        return _LINEAR_BLOCKS[key]
+    names = tuple(f"value_{k + 1}" for k in range(len(coefs)))
+    pts = {k: np.asarray(v) for k, v in points.items()}
+
+    def ref(x):
+        return {"x": {k: jnp.asarray(v) for k, v in pts.items()}}
+
+    def with_log_det(c, r, law, others):
+        h, G = _affine_parts(law, coefs, others, r["x"])
+        vals = jnp.linalg.solve(G, jnp.stack([c[n] for n in names]) - h)
+        return {n: vals[j] for j, n in enumerate(coefs)}, -jnp.linalg.slogdet(G)[1]
+
+    def to_params(c, r, law, others):
+        return with_log_det(c, r, law, others)[0]
+
+    def from_params(p, r, law, others):
+        vals = law.fn({**others, **p}, r["x"])
+        return {n: vals[k] for k, n in enumerate(names)}
+
+    block = Coordinates(
+        "linear", tuple(coefs),
+        tuple(Param(n, init=(0.5, 5.0), doc=f"the law's value at point {k + 1}")
+              for k, n in enumerate(names)),
+        to_params, from_params, ref, linear_coordinates.__doc__, uses_law=True,
+        with_log_det=with_log_det)
+    _LINEAR_BLOCKS[key] = block
+    return block
+
+
+def linear_block(spec, mode, data) -> tuple:
+    """The :func:`linear_coordinates` block of ``spec``'s signed coefficients (bounds on both
+    sides of 0, sampled as themselves) the law is affine in, or ``()``.
+
+    A coefficient is taken when the law is affine in it (and jointly in all those taken) at the
+    mode and at 8 points around it, each coefficient moved by up to 10 times its size there
+    (the larger of its value and its Laplace sd), the other parameters by up to 3 Laplace sds.
+    The points are the table rows whose ``G`` rows are the best conditioned at the mode (a
+    column-pivoted QR). Skipped when another block reads the law (its parameters would depend on
+    these)."""
+    if not mode.hessian_ok or any(b.uses_law for b in spec.blocks):
+        return ()
+    ref = data["ref"]
+    names = [p.name for p in spec.sampled]
+    cand = [p.name for p in spec.plain if p.name != "sigma" and p.lower < 0 < p.upper
+            and p.kind in ("interval", "real")]
+    if not cand:
+        return ()
+    n = int(np.sum(np.asarray(data["w"]) > 0))
+    x = {k: np.asarray(v)[:n] for k, v in data["x"].items()}
+    law = spec.law
+    s_hat = np.asarray(mode.s)
+    rng = np.random.default_rng(0)
+    chol = np.asarray(mode.chol)
+    thetas = [spec.theta_s(jnp.asarray(s_hat), ref)]
+    for _ in range(8):
+        s = s_hat + np.clip(chol @ rng.standard_normal(len(s_hat)), -3, 3)
+        thetas.append(spec.theta_s(jnp.asarray(s), ref))
+    size = {c: max(abs(float(thetas[0][c])), float(np.std([float(t[c]) for t in thetas])), 1e-3)
+            for c in cand}
+
+    def affine(coefs, theta):
+        full = {k: v for k, v in spec.space.full_params(theta, data["fixed"]).items()
+                if k != "sigma"}
+        others = {k: v for k, v in full.items() if k not in coefs}
+        h, G = (np.asarray(a) for a in _affine_parts(law, coefs, others, x))
+        for scale in (1.0, 10.0):
+            cv = np.array([size[c] * scale * rng.standard_normal() for c in coefs])
+            f = np.asarray(law.fn({**others, **{c: cv[j] for j, c in enumerate(coefs)}}, x))
+            pred = h + G @ cv
+            tol = LINEAR_RTOL * (np.abs(f) + np.abs(h) + np.abs(G) @ np.abs(cv) + 1e-12)
+            if not (np.all(np.isfinite(f)) and np.all(np.abs(f - pred) <= tol)):
+                return None
+        return G
+
+    coefs = tuple(c for c in cand if all(affine((c,), t) is not None for t in thetas))
+    if not coefs or any(affine(coefs, t) is None for t in thetas):
+        return ()
+    G = affine(coefs, thetas[0])
+    if G is None or len(G) < len(coefs):
+        return ()
+    # rows with the best-conditioned G (pivoted QR of G^T picks the most independent rows)
+    Gn = G / np.maximum(np.linalg.norm(G, axis=0), 1e-300)  # each coefficient's column scaled
+    piv = scipy.linalg.qr(Gn.T, pivoting=True, mode="r")[1][:len(coefs)]
+    if np.linalg.matrix_rank(G[piv]) < len(coefs):
+        return ()
+    rows = np.sort(piv)
+    return (linear_coordinates(coefs, {k: v[rows] for k, v in x.items()}),)

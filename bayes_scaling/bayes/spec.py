@@ -181,8 +181,11 @@ class Spec:
     def _soft(self, p) -> bool:
         """Whether ``p``'s finite bounds are soft in the sampled density: a positive parameter
         (:func:`log_scale`) computed by a coordinate block (which keeps it positive itself), or a
-        signed one sampled on the asinh scale (:func:`~.coordinates.signed_coordinates`)."""
-        if any(b.name == f"signed_{p.name}" for b in self.blocks):
+        signed one sampled on the asinh scale (:func:`~.coordinates.signed_coordinates`) or as the
+        law's values (:func:`~.coordinates.linear_coordinates`)."""
+        if p.lower < 0 < p.upper and any(
+                b.name == f"signed_{p.name}" or (b.name == "linear" and p.name in b.params)
+                for b in self.blocks):
             return True
         return log_scale(p) and any(p.name in b.params for b in self.blocks)
 
