@@ -20,10 +20,11 @@ TRUE = {"E": 2.0, "c": 3e3, "q": -0.5}
 
 
 def _fn(p, x):
-    return p["E"] + p["c"] * x["N"] ** p["q"]
+    return p["E"] * (1.0 + p["c"] * x["N"] ** p["q"])
 
 
-LAW = Law(  # a benchmark-style law: its coefficient bounded by +-1e6, its exponent signed
+LAW = Law(  # a benchmark-style law: its coefficient bounded by +-1e6, its exponent signed; the
+    # law is affine in E and in c, not in both (so c is not sampled as the law's values)
     name="signed_coefficient_test_law",
     params=(Param("E", -3.0, 10.0, (-3.0, 10.0)), Param("c", -1e6, 1e6, (-1e6, 1e6)),
             Param("q", -1.5, 0.5, (-1.5, 0.5))),
@@ -63,7 +64,8 @@ def test_a_wide_signed_coefficient_is_sampled_on_the_asinh_scale_and_recovered(t
         warnings.simplefilter("ignore")
         post = bs.fit_posterior(LAW, table, seed=0, progress_bar=False)
     assert post.ok, post.diagnostics["failed"]
-    assert post.settings["coordinates"] == ["signed_c"]
+    assert post.settings["coordinates"] == ["signed_c", "linear"]
+    assert post.spec.blocks[-1].params == ("E",)
     c = post.draws("c")
     lo, hi = np.quantile(c, [0.005, 0.995])
     assert lo < TRUE["c"] < hi

@@ -306,16 +306,16 @@ def linear_block(spec, mode, data) -> tuple:
     """The :func:`linear_coordinates` block of ``spec``'s signed coefficients (bounds on both
     sides of 0, sampled as themselves) the law is affine in, or ``()``.
 
-    A coefficient is taken when the law is affine in it (and jointly in all those taken) at the
-    mode and at 8 points around it, each coefficient moved by up to 10 times its size there
-    (the larger of its value and its Laplace sd), the other parameters by up to 3 Laplace sds.
+    Coefficients are taken in order while the law stays jointly affine in those taken, at the
+    mode and at 8 Laplace draws around it (each clipped to 3 sds), each coefficient moved to
+    random values of 1 and 10 times its size (the larger of its value at the mode and its spread
+    over the draws).
     The points are the table rows whose ``G`` rows are the best conditioned at the mode (a
     column-pivoted QR). Skipped when another block reads the law (its parameters would depend on
     these)."""
     if not mode.hessian_ok or any(b.uses_law for b in spec.blocks):
         return ()
     ref = data["ref"]
-    names = [p.name for p in spec.sampled]
     cand = [p.name for p in spec.plain if p.name != "sigma" and p.lower < 0 < p.upper
             and p.kind in ("interval", "real")]
     if not cand:
@@ -347,10 +347,11 @@ def linear_block(spec, mode, data) -> tuple:
                 return None
         return G
 
-    coefs = tuple(c for c in cand if all(affine((c,), t) is not None for t in thetas))
-    if not coefs or any(affine(coefs, t) is None for t in thetas):
-        return ()
-    G = affine(coefs, thetas[0])
+    coefs = ()
+    for c in cand:  # greedily: E (1 + c N^q) is affine in E and in c, not in both
+        if all(affine(coefs + (c,), t) is not None for t in thetas):
+            coefs += (c,)
+    G = affine(coefs, thetas[0]) if coefs else None
     if G is None or len(G) < len(coefs):
         return ()
     # rows with the best-conditioned G (pivoted QR of G^T picks the most independent rows)
