@@ -10,12 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import simulate
 
 import bayes_scaling as bs
 from bayes_scaling import bayes as B
 from bayes_scaling.bayes.coordinates import linear_coordinates
 from bayes_scaling.laws import Law, Param
-from conftest import simulate
 
 TRUE = {"c0": 0.6, "c1": 2.0, "alpha": 0.08, "beta": 0.3}
 
