@@ -2,9 +2,10 @@
 
 A law declares its own blocks (``Law.coordinates``, e.g. the PTPP gate in ``laws/ptpp.py``) and the
 coefficients that enter it linearly (``Law.linear``); this module holds the blocks that apply to
-any law (power-term centring, the level of the law and the shares of its linear terms, the asinh
-scale of a wide signed coefficient) and picks the blocks a model samples in (:func:`choose_blocks`,
-and :func:`signed_blocks` at the posterior mode).
+any law (power-term centring, the level of the law and the shares of its linear terms, the law's
+values at some rows for the signed coefficients it is affine in, the asinh scale of a wide signed
+coefficient) and picks the blocks a model samples in (:func:`choose_blocks`, and
+:func:`linear_block` and :func:`signed_blocks` at the posterior mode).
 """
 from __future__ import annotations
 
