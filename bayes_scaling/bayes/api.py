@@ -18,7 +18,7 @@ from .coordinates import linear_block, signed_blocks
 from .distributions import FlatPrior, HUBER_C
 from .likelihood import STUDENT_DF
 from .model import log_joint_batch, pointwise_batch, recoord_batch, theta_s_batch
-from .modes import (Basins, basin_log_masses, find_modes, map_stage, refine_mode,
+from .modes import (Basins, basin_log_masses, find_modes, map_stage, modes_from, refine_mode,
                     sample_laplace)
 from .nuts import (LADDER_RETRIES, RHAT_MAX, chain_groups, combine_diagnostics,
                    draws_whitening, mixture_draws, next_attempt,
@@ -190,26 +190,41 @@ def fit_posterior(
                        target_accept=target_accept, max_tree_depth=max_tree_depth,
                        progress_bar=progress_bar)
         n_found = len(modes)
-        if init == "map":
-            models, sampled, sides, side_of = _sides(spec, data, vdf, modes, kw)
-            first = []
-            for k, (model, m) in enumerate(zip(models, sampled)):
+
+        def sample(modes, seed):
+            """The first run of every mode and its escalation ladder."""
+            if init == "map":
+                models, sampled, sides, side_of = _sides(spec, data, vdf, modes, kw)
+                first = []
+                for k, (model, m) in enumerate(zip(models, sampled)):
+                    t1 = time.perf_counter()
+                    first.append((run_modes([model], [m], whiten=whiten, rng=rng, seed=seed + k,
+                                            **nuts_kw)[0], time.perf_counter() - t1))
+                start = "the mode, jittered"
+            else:
+                models, sides, side_of = [(spec, data)], None, None
+                center, chol = (top.s, top.chol) if whiten else (np.zeros(d), np.eye(d))
+                z0 = rng.uniform(-2.0, 2.0, (num_chains, d))
                 t1 = time.perf_counter()
-                first.append((run_modes([model], [m], whiten=whiten, rng=rng, seed=seed + k,
-                                        **nuts_kw)[0], time.perf_counter() - t1))
-            start = "the mode, jittered"
-        else:
-            models = [(spec, data)]
-            center, chol = (top.s, top.chol) if whiten else (np.zeros(d), np.eye(d))
-            z0 = rng.uniform(-2.0, 2.0, (num_chains, d))
-            t1 = time.perf_counter()
-            first = [(run_nuts(spec, data, center, chol, z0, seed=seed, **nuts_kw),
-                      time.perf_counter() - t1)]
-            start = "uniform in (-2, 2), whitened coordinates"
-        runs, ladder_diags, attempts, notes = _escalate(
-            models, first, vdf, rng, seed, nuts_kw, retries,
-            "the Laplace covariance at the mode" if whiten else "none (whiten=False)", start)
-        runs = [(_recoord(m, spec, data, s), extra) for m, (s, extra) in zip(models, runs)]
+                first = [(run_nuts(spec, data, center, chol, z0, seed=seed, **nuts_kw),
+                          time.perf_counter() - t1)]
+                start = "uniform in (-2, 2), whitened coordinates"
+            runs, ladder_diags, attempts, notes = _escalate(
+                models, first, vdf, rng, seed, nuts_kw, retries,
+                "the Laplace covariance at the mode" if whiten else "none (whiten=False)", start)
+            runs = [(_recoord(m, spec, data, s), extra) for m, (s, extra) in zip(models, runs)]
+            return runs, ladder_diags, attempts, notes, sides, side_of
+
+        runs, ladder_diags, attempts, notes, sides, side_of = sample(modes, seed)
+        found = (_modes_of_split_chains(spec, data, modes, runs, ladder_diags)
+                 if init == "map" and retries else None)
+        if found is not None:  # the chains found modes the optimiser missed: sample each
+            notes.append(f"the chains split into groups that Newton takes to {len(found)} "
+                         f"distinct modes ({len(modes)} found before): sampled again, each mode "
+                         "on its own")
+            modes, n_found = found, len(found)
+            runs, ladder_diags, more, again, sides, side_of = sample(modes, seed + 104729)
+            attempts, notes = attempts + more, notes + again
         if init == "map":
             keep, weights, mode_diags, dropped = _mixture(spec, data, vdf, runs, modes, rng,
                                                           ladder_diags, sides, side_of)
@@ -446,6 +461,28 @@ def _mixture(spec, data, vdf, runs, modes, rng, diags, sides=None, side_of=None)
         del keep[j]
         weights = np.ones(1)
     return keep, weights, [diags[k] for k in keep], notes
+
+
+def _modes_of_split_chains(spec, data, modes, runs, diags, per_group=50):
+    """Modes found by chains that split into groups (``diags[k]["chain_groups"]``) where the
+    optimiser found fewer: damped Newton from the highest-density draw of each group (among
+    ``per_group`` draws of its chains) and from the modes found, the endpoints grouped into
+    distinct modes as the optimiser's are. Returns the new list of modes when it is longer,
+    else ``None``."""
+    starts = [m.s for m in modes]
+    for (s, _), diag in zip(runs, diags):
+        if diag["ok"] or len(diag.get("chain_groups", [])) < 2:
+            continue
+        for group in diag["chain_groups"]:
+            x = s[group].reshape(-1, s.shape[-1])
+            x = x[np.linspace(0, len(x) - 1, min(per_group, len(x))).astype(int)]
+            lp = np.asarray(log_joint_batch(spec)(jnp.asarray(x), data))
+            if np.any(np.isfinite(lp)):
+                starts.append(x[int(np.nanargmax(np.where(np.isfinite(lp), lp, -np.inf)))])
+    if len(starts) == len(modes):
+        return None
+    found = modes_from(spec, data, starts)
+    return found if len(found) > len(modes) else None
 
 
 def _nuts_check(idata, spec, num_chains, max_tree_depth):

@@ -167,8 +167,13 @@ def find_modes(spec, data, u_ok, values, max_starts=4):
             starts.append(j)
         if len(starts) >= max_starts:
             break
-    s0 = _sampling_starts(spec, data, np.asarray(u_ok[starts], float))
-    found = [_newton(spec, data, si) for si in s0]
+    return modes_from(spec, data, _sampling_starts(spec, data, np.asarray(u_ok[starts], float)))
+
+
+def modes_from(spec, data, s0):
+    """Distinct modes (sorted by Laplace mass) that damped Newton reaches from the points
+    ``s0`` of the sampling space."""
+    found = [_newton(spec, data, np.asarray(si, float)) for si in s0]
     found = [(si, lp) for si, lp in found if np.isfinite(lp)]
     if not found:
         raise FitError(f"no finite mode of the sampled density of {spec.law.name}")
