@@ -83,7 +83,7 @@ def test_only_the_coefficients_the_law_is_affine_in_are_taken(table):
         return p["a"] * (1.0 + p["b"] * x["N"] ** -0.3)
 
     law = Law(name="product_test_law",
-              params=(Param("a", -5.0, 5.0, (-5.0, 5.0)), Param("b", -50.0, 50.0, (-50.0, 50.0))),
+              params=(Param("a", -1e3, 1e3, (-5.0, 5.0)), Param("b", -1e4, 1e4, (-50.0, 50.0))),
               variables=("N",), fn=product)
     df = simulate(law, pd.DataFrame({"N": np.geomspace(1e6, 1e9, 16)}), {"a": 1.5, "b": 20.0},
                   noise=0.01, seed=1).drop(columns="clean")
@@ -91,6 +91,26 @@ def test_only_the_coefficients_the_law_is_affine_in_are_taken(table):
         warnings.simplefilter("ignore")
         post = bs.fit_posterior(law, df, method="laplace", seed=0)
     assert [b.params for b in post.spec.blocks if b.name == "linear"] == [("a",)]
+    assert [b.name for b in post.spec.blocks] == ["signed_b", "linear"]  # b: wide, not affine
+
+
+def test_a_narrow_offset_keeps_its_own_transform():
+    """An offset bounded near its size (L0 in (-5, 5) at about 1) is not a wide coefficient: with
+    no wide one among the law's affine coefficients there is no block."""
+
+    def offset(p, x):
+        return p["L0"] + p["A"] * x["N"] ** -p["alpha"]
+
+    law = Law(name="narrow_offset_test_law",
+              params=(Param("L0", -5.0, 5.0, (-5.0, 5.0)), Param("A", 0.0, 500.0, (1.0, 500.0), True),
+                      Param("alpha", 0.0, 2.0, (0.0, 2.0))),
+              variables=("N",), fn=offset)
+    df = simulate(law, pd.DataFrame({"N": np.geomspace(1e6, 1e9, 16)}),
+                  {"L0": 1.0, "A": 40.0, "alpha": 0.3}, noise=0.005, seed=1).drop(columns="clean")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        post = bs.fit_posterior(law, df, method="laplace", seed=0)
+    assert post.settings["coordinates"] == []
 
 
 def test_a_ridge_through_zero_converges_and_recovers_the_truth(table):

@@ -559,7 +559,7 @@ def _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw, method):
         changed |= alt is not None
     linear = linear_block(spec, top, data)
     taken = {n for b in linear for n in b.params}
-    signed = tuple(b for b in signed_blocks(spec, top, ref) if not set(b.params) & taken)
+    signed = signed_blocks(spec, top, ref, skip=taken)
     blocks += list(signed) + list(linear)  # the linear block reads the law: last
     changed |= bool(signed) or bool(linear)
     if not changed:

@@ -214,17 +214,16 @@ def signed_coordinates(name: str, scale: float) -> Coordinates:
     return block
 
 
-def signed_blocks(spec, mode, ref) -> tuple:
-    """The :func:`signed_coordinates` blocks for ``spec``'s wide signed parameters (sampled as
-    themselves, bounds spanning ``SIGNED_WIDE`` times their size at ``mode``), each scaled by the
-    parameter's Laplace sd at the mode rounded to a power of ten (so refits of similar tables
-    share their compiled programs)."""
+def wide_signed(spec, mode, ref) -> dict:
+    """``{name: Laplace sd}`` of ``spec``'s wide signed parameters at ``mode``: sampled as
+    themselves, bounds on both sides of 0 spanning at least ``SIGNED_WIDE`` times their size
+    there (the larger of ``|value|`` and the Laplace sd) and at least ``SIGNED_WIDE`` units."""
     if not mode.hessian_ok:
-        return ()
+        return {}
     names = [p.name for p in spec.sampled]
     s_hat = jnp.asarray(mode.s)
     theta = spec.theta_s(s_hat, ref)
-    out = []
+    out = {}
     for p in spec.plain:
         if p.name == "sigma" or not (p.lower < 0 < p.upper) or p.kind not in ("interval", "real"):
             continue
@@ -232,14 +231,19 @@ def signed_blocks(spec, mode, ref) -> tuple:
         # the plain parameter is a function of its own coordinate only
         dth = jax.grad(lambda v, i=i, p=p: p.from_unconstrained(v))(s_hat[i])
         sd = float(abs(dth) * math.sqrt(max(float(mode.cov[i, i]), 0.0)))
-        value = abs(float(theta[p.name]))
-        size = max(value, sd)
+        size = max(abs(float(theta[p.name])), sd)
         span = (p.upper - p.lower) if math.isfinite(p.upper - p.lower) else p.init[1] - p.init[0]
-        if (not (size > 0 and math.isfinite(size)) or span < SIGNED_WIDE * size
-                or span < SIGNED_WIDE):
-            continue
-        out.append(signed_coordinates(p.name, 10.0 ** round(math.log10(sd if sd > 0 else value))))
-    return tuple(out)
+        if size > 0 and math.isfinite(size) and span >= SIGNED_WIDE * max(size, 1.0):
+            out[p.name] = sd if sd > 0 else size
+    return out
+
+
+def signed_blocks(spec, mode, ref, skip=()) -> tuple:
+    """The :func:`signed_coordinates` blocks of ``spec``'s wide signed parameters
+    (:func:`wide_signed`) not in ``skip``, each scaled by its Laplace sd at the mode rounded to
+    a power of ten (so refits of similar tables share their compiled programs)."""
+    return tuple(signed_coordinates(n, 10.0 ** round(math.log10(sd)))
+                 for n, sd in wide_signed(spec, mode, ref).items() if n not in skip)
 
 
 # ``linear_block``: the affinity check's relative tolerance and its test points per coefficient.
@@ -304,7 +308,9 @@ def linear_coordinates(coefs: tuple, points: dict) -> Coordinates:
 
 def linear_block(spec, mode, data) -> tuple:
     """The :func:`linear_coordinates` block of ``spec``'s signed coefficients (bounds on both
-    sides of 0, sampled as themselves) the law is affine in, or ``()``.
+    sides of 0, sampled as themselves) the law is affine in, or ``()``; only when one of those
+    taken is wide (:func:`wide_signed`: the curved ridges of a coefficient left free to take any
+    magnitude; a narrow offset such as ``L0`` in (-5, 5) keeps the transform of its bounds).
 
     Coefficients are taken in order while the law stays jointly affine in those taken, at the
     mode and at 8 Laplace draws around it (each clipped to 3 sds), each coefficient moved to
@@ -317,7 +323,8 @@ def linear_block(spec, mode, data) -> tuple:
     ref = data["ref"]
     cand = [p.name for p in spec.plain if p.name != "sigma" and p.lower < 0 < p.upper
             and p.kind in ("interval", "real")]
-    if not cand:
+    wide = set(wide_signed(spec, mode, ref))
+    if not set(cand) & wide:
         return ()
     n = int(np.sum(np.asarray(data["w"]) > 0))
     x = {k: np.asarray(v)[:n] for k, v in data["x"].items()}
@@ -350,7 +357,7 @@ def linear_block(spec, mode, data) -> tuple:
     for c in cand:  # greedily: E (1 + c N^q) is affine in E and in c, not in both
         if all(affine(coefs + (c,), t) is not None for t in thetas):
             coefs += (c,)
-    G = affine(coefs, thetas[0]) if coefs else None
+    G = affine(coefs, thetas[0]) if set(coefs) & wide else None
     if G is None or len(G) < len(coefs):
         return ()
     rows = _value_rows(spec, mode, data, x, G)
