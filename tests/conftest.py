@@ -65,6 +65,15 @@ def simulate(law, grid, params=None, noise=0.002, seed=0):
     return out
 
 
+def quiet_posterior(law, df, **kw):
+    """``bs.fit_posterior`` with its warnings silenced (a test asserts on the diagnostics)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return bs.fit_posterior(law, df, **kw)
+
+
 def chinchilla_fn(p, x):
     """Chinchilla's loss ``E + A N^-alpha + B D^-beta`` (Hoffmann et al. 2022, Eq. 2)."""
     return p["E"] + p["A"] * x["N"] ** -p["alpha"] + p["B"] * x["D"] ** -p["beta"]

@@ -3,16 +3,14 @@
 in a law it has never seen (and only those), and on a ridge that is curved in every coordinate
 of the coefficients (``c0 + c1 (N^-alpha + S^-beta)`` on one decade of sizes) the default
 posterior converges and recovers the simulated truth."""
-import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import simulate
+from conftest import quiet_posterior, simulate
 
-import bayes_scaling as bs
 from bayes_scaling import bayes as B
 from bayes_scaling.bayes.coordinates import linear_coordinates
 from bayes_scaling.laws import Law, Param
@@ -68,9 +66,7 @@ def test_only_the_coefficients_the_law_is_affine_in_are_taken(table):
     """c0 and c1 enter affinely (alpha and beta, bounded below by 0, are not candidates); the
     rows chosen keep G invertible. Of a law multiplying two signed coefficients, only the first
     is taken: it is affine in each, not in both."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        post = bs.fit_posterior(LAW, table, method="laplace", seed=0)
+    post = quiet_posterior(LAW, table, method="laplace", seed=0)
     assert post.settings["coordinates"] == ["linear"]
     block = post.spec.blocks[0]
     assert block.params == ("c0", "c1")
@@ -87,9 +83,7 @@ def test_only_the_coefficients_the_law_is_affine_in_are_taken(table):
               variables=("N",), fn=product)
     df = simulate(law, pd.DataFrame({"N": np.geomspace(1e6, 1e9, 16)}), {"a": 1.5, "b": 20.0},
                   noise=0.01, seed=1).drop(columns="clean")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        post = bs.fit_posterior(law, df, method="laplace", seed=0)
+    post = quiet_posterior(law, df, method="laplace", seed=0)
     assert [b.params for b in post.spec.blocks if b.name == "linear"] == [("a",)]
     assert [b.name for b in post.spec.blocks] == ["signed_b", "linear"]  # b: wide, not affine
 
@@ -107,16 +101,12 @@ def test_a_narrow_offset_keeps_its_own_transform():
               variables=("N",), fn=offset)
     df = simulate(law, pd.DataFrame({"N": np.geomspace(1e6, 1e9, 16)}),
                   {"L0": 1.0, "A": 40.0, "alpha": 0.3}, noise=0.005, seed=1).drop(columns="clean")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        post = bs.fit_posterior(law, df, method="laplace", seed=0)
+    post = quiet_posterior(law, df, method="laplace", seed=0)
     assert post.settings["coordinates"] == []
 
 
 def test_a_ridge_through_zero_converges_and_recovers_the_truth(table):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        post = bs.fit_posterior(LAW, table, seed=0, progress_bar=False)
+    post = quiet_posterior(LAW, table, seed=0, progress_bar=False)
     assert post.ok, post.diagnostics["failed"]
     assert post.settings["coordinates"] == ["linear"]
     c0 = post.draws("c0")

@@ -2,19 +2,17 @@
 magnitude) is sampled as ``asinh(c / scale)``: the change of variables is exact, and on a table
 where the coefficient's posterior spans orders of magnitude the default posterior converges and
 recovers the simulated truth."""
-import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import quiet_posterior, simulate
 
-import bayes_scaling as bs
 from bayes_scaling import bayes as B
 from bayes_scaling.bayes.coordinates import signed_coordinates
 from bayes_scaling.laws import Law, Param
-from conftest import simulate
 
 TRUE = {"E": 2.0, "c": 3e3, "q": -0.5}
 
@@ -60,9 +58,7 @@ def test_the_asinh_coordinate_is_an_exact_change_of_variables(table):
 
 
 def test_a_wide_signed_coefficient_is_sampled_on_the_asinh_scale_and_recovered(table):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        post = bs.fit_posterior(LAW, table, seed=0, progress_bar=False)
+    post = quiet_posterior(LAW, table, seed=0, progress_bar=False)
     assert post.ok, post.diagnostics["failed"]
     # c is not sampled as the law's values: E, before it, is taken, and E is not wide
     assert post.settings["coordinates"] == ["signed_c"]
