@@ -89,8 +89,8 @@ def test_only_the_coefficients_the_law_is_affine_in_are_taken(table):
 
 
 def test_a_narrow_offset_keeps_its_own_transform():
-    """An offset bounded near its size (L0 in (-5, 5) at about 1) is not a wide coefficient: with
-    no wide one among the law's affine coefficients there is no block."""
+    """An offset bounded near its size (L0 in (-5, 5) at about 1) is not a wide coefficient, and
+    alone it has no ridge with another coefficient: there is no block."""
 
     def offset(p, x):
         return p["L0"] + p["A"] * x["N"] ** -p["alpha"]

@@ -308,9 +308,10 @@ def linear_coordinates(coefs: tuple, points: dict) -> Coordinates:
 
 def linear_block(spec, mode, data) -> tuple:
     """The :func:`linear_coordinates` block of ``spec``'s signed coefficients (bounds on both
-    sides of 0, sampled as themselves) the law is affine in, or ``()``; only when one of those
-    taken is wide (:func:`wide_signed`: the curved ridges of a coefficient left free to take any
-    magnitude; a narrow offset such as ``L0`` in (-5, 5) keeps the transform of its bounds).
+    sides of 0, sampled as themselves) the law is affine in, or ``()``; only when it takes two
+    or more (the ridge between them: ``c0`` falls as ``c1`` grows) or a wide one
+    (:func:`wide_signed`: a coefficient left free to take any magnitude); a lone narrow offset
+    such as ``L0`` in (-5, 5) keeps the transform of its bounds.
 
     Coefficients are taken in order while the law stays jointly affine in those taken, at the
     mode and at 8 Laplace draws around it (each clipped to 3 sds), each coefficient moved to
@@ -324,7 +325,7 @@ def linear_block(spec, mode, data) -> tuple:
     cand = [p.name for p in spec.plain if p.name != "sigma" and p.lower < 0 < p.upper
             and p.kind in ("interval", "real")]
     wide = set(wide_signed(spec, mode, ref))
-    if not set(cand) & wide:
+    if len(cand) < 2 and not set(cand) & wide:
         return ()
     n = int(np.sum(np.asarray(data["w"]) > 0))
     x = {k: np.asarray(v)[:n] for k, v in data["x"].items()}
@@ -357,7 +358,7 @@ def linear_block(spec, mode, data) -> tuple:
     for c in cand:  # greedily: E (1 + c N^q) is affine in E and in c, not in both
         if all(affine(coefs + (c,), t) is not None for t in thetas):
             coefs += (c,)
-    G = affine(coefs, thetas[0]) if set(coefs) & wide else None
+    G = affine(coefs, thetas[0]) if len(coefs) >= 2 or set(coefs) & wide else None
     if G is None or len(G) < len(coefs):
         return ()
     rows = _value_rows(spec, mode, data, x, G)
