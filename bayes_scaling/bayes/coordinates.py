@@ -15,6 +15,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.linalg
 
 from ..errors import BayesScalingError
 from ..laws import Coordinates, Law, Param
@@ -317,7 +318,8 @@ def linear_block(spec, mode, data) -> tuple:
     mode and at 8 Laplace draws around it (each clipped to 3 sds), each coefficient moved to
     random values of 1 and 10 times its size (the larger of its value at the mode and its spread
     over the draws).
-    The points are table rows chosen by :func:`_value_rows`. Skipped when another block reads the law (its parameters would depend on
+    The points are the table rows whose rows of ``G`` at the mode are the best conditioned (a
+    column-pivoted QR). Skipped when another block reads the law (its parameters would depend on
     these)."""
     if not mode.hessian_ok or any(b.uses_law for b in spec.blocks):
         return ()
@@ -361,48 +363,10 @@ def linear_block(spec, mode, data) -> tuple:
     G = affine(coefs, thetas[0]) if len(coefs) >= 2 or set(coefs) & wide else None
     if G is None or len(G) < len(coefs):
         return ()
-    rows = _value_rows(spec, mode, data, x, G)
-    if rows is None:
+    # the rows with the best-conditioned G: a column-pivoted QR of G^T (columns scaled)
+    Gn = G / np.maximum(np.linalg.norm(G, axis=0), 1e-300)
+    rows = np.sort(scipy.linalg.qr(Gn.T, pivoting=True, mode="r")[1][:len(coefs)])
+    if np.linalg.matrix_rank(G[rows]) < len(coefs):
         return ()
     return (linear_coordinates(coefs, {k: v[rows] for k, v in x.items()}),)
 
-
-def _value_rows(spec, mode, data, x, G, min_independence=0.5):
-    """The ``J`` rows whose law values become the coordinates (sorted indices, or ``None``).
-
-    Greedily, the row with the largest ``r_i / sd_i``: ``sd_i`` the Laplace sd of the law's log
-    value at row ``i`` at the mode (the data pin it best near the centre of the table: a level
-    sampled there is least tied to the exponents), ``r_i`` the part of row ``i`` of ``G``
-    (columns scaled to unit norm) outside the span of the rows already chosen, relative to its
-    norm (so the rows keep ``G`` invertible; only rows with ``r_i`` at least ``min_independence``
-    times the largest are taken). For a lone offset (``g = 1`` at every row) this is the best-pinned row."""
-    J = G.shape[1]
-    Gn = G / np.maximum(np.linalg.norm(G, axis=0), 1e-300)
-    ref = data["ref"]
-
-    def log_values(s):
-        theta = spec.theta_s(s, ref)
-        full = spec.space.full_params(theta, data["fixed"])
-        return jnp.log(jnp.abs(spec.law.fn({k: v for k, v in full.items() if k != "sigma"},
-                                           {k: jnp.asarray(v) for k, v in x.items()})))
-
-    jac = np.asarray(jax.jacfwd(log_values)(jnp.asarray(mode.s)))
-    sd = np.sqrt(np.maximum(np.einsum("id,de,ie->i", jac, np.asarray(mode.cov), jac), 0.0))
-    sd = np.where(np.isfinite(sd), sd, np.inf) + 1e-12
-    norms = np.maximum(np.linalg.norm(Gn, axis=1), 1e-300)
-    chosen: list[int] = []
-    for _ in range(J):
-        if chosen:
-            Q = np.linalg.qr(Gn[chosen].T)[0]  # orthonormal basis of the chosen rows' span
-            resid = Gn - (Gn @ Q) @ Q.T
-        else:
-            resid = Gn
-        r = np.linalg.norm(resid, axis=1) / norms
-        r[chosen] = 0.0
-        if not r.max() > 1e-8:
-            return None
-        score = np.where(r >= min_independence * r.max(), r / sd, -np.inf)
-        chosen.append(int(np.argmax(score)))
-    if np.linalg.matrix_rank(G[chosen]) < J:
-        return None
-    return np.sort(chosen)
