@@ -55,6 +55,15 @@ def _centre_row(x):
     return {v: x[v][i][None] for v in x}
 
 
+def _affine_parts(law, coefs, others, x):
+    """``(h, G)`` with ``law(others + c, x) = h + G c`` when the law is affine in ``coefs``: one
+    batched evaluation at ``c = 0`` and at each unit vector (``G`` is rows x coefficients)."""
+    basis = jnp.concatenate([jnp.zeros((1, len(coefs))), jnp.eye(len(coefs))])
+    vals = jax.vmap(lambda cv: law.fn({**others, **{c: cv[j] for j, c in enumerate(coefs)}},
+                                      x))(basis)
+    return vals[0], (vals[1:] - vals[0]).T
+
+
 _LEVEL_BLOCKS: dict = {}
 
 
@@ -88,11 +97,9 @@ def level_coordinates(coefs=("E",)) -> Coordinates:
         return {"x": _centre_row(x)}
 
     def split(r, law, others):
-        # f is linear in the coefficients, f = h + g . c: one batched evaluation at c = 0, e_j
-        basis = jnp.concatenate([jnp.zeros((1, len(coefs))), jnp.eye(len(coefs))])
-        vals = jax.vmap(lambda cv: law.fn({**others, **{c: cv[j] for j, c in enumerate(coefs)}},
-                                          r["x"])[0])(basis)
-        return vals[1:] - vals[0], vals[0]
+        # f is linear in the coefficients, f = h + g . c at the centre row
+        h, G = _affine_parts(law, coefs, others, r["x"])
+        return G[0], h[0]
 
     def with_log_det(c, r, law, others):
         g, h = split(r, law, others)
@@ -247,18 +254,9 @@ def signed_blocks(spec, mode, ref, skip=()) -> tuple:
                  for n, sd in wide_signed(spec, mode, ref).items() if n not in skip)
 
 
-# ``linear_block``: the affinity check's relative tolerance and its test points per coefficient.
+# ``linear_block``: the relative tolerance of its check that the law is affine in a coefficient
 LINEAR_RTOL = 1e-7
 _LINEAR_BLOCKS: dict = {}
-
-
-def _affine_parts(law, coefs, others, x):
-    """``(h, G)`` with ``law(others + c, x) = h + G c`` when the law is affine in ``coefs``: one
-    batched evaluation at ``c = 0`` and at each unit vector (``G`` is rows x coefficients)."""
-    basis = jnp.concatenate([jnp.zeros((1, len(coefs))), jnp.eye(len(coefs))])
-    vals = jax.vmap(lambda cv: law.fn({**others, **{c: cv[j] for j, c in enumerate(coefs)}},
-                                      x))(basis)
-    return vals[0], (vals[1:] - vals[0]).T
 
 
 def linear_coordinates(coefs: tuple, points: dict) -> Coordinates:
@@ -317,8 +315,7 @@ def linear_block(spec, mode, data) -> tuple:
     Coefficients are taken in order while the law stays jointly affine in those taken, at the
     mode and at 8 Laplace draws around it (each clipped to 3 sds), each coefficient moved to
     random values of 1 and 10 times its size (the larger of its value at the mode and its spread
-    over the draws).
-    The points are the table rows whose rows of ``G`` at the mode are the best conditioned (a
+    over the draws). The points are the table rows whose rows of ``G`` at the mode are the best conditioned (a
     column-pivoted QR). Skipped when another block reads the law (its parameters would depend on
     these)."""
     if not mode.hessian_ok or any(b.uses_law for b in spec.blocks):
@@ -369,4 +366,3 @@ def linear_block(spec, mode, data) -> tuple:
     if np.linalg.matrix_rank(G[rows]) < len(coefs):
         return ()
     return (linear_coordinates(coefs, {k: v[rows] for k, v in x.items()}),)
-
