@@ -114,3 +114,21 @@ def test_a_ridge_through_zero_converges_and_recovers_the_truth(table):
     for k, v in TRUE.items():
         lo, hi = np.quantile(post.draws(k), [0.005, 0.995])
         assert lo < v < hi, (k, lo, hi)
+
+
+def test_a_coefficient_whose_term_vanishes_is_not_taken():
+    """At a mode where a term is numerically 0 (ScaleBench parallel sl_7: alpha near 1.3 makes
+    A N^-alpha about 1e-10), the law is trivially affine in the coefficient inside it; taking it
+    would make G singular. Only coefficients that move the law are taken."""
+
+    def vanishing(p, x):
+        return p["L0"] + p["b"] * x["N"] ** -0.5 + p["k"] * x["N"] ** -6.0
+
+    law = Law(name="vanishing_term_test_law",
+              params=(Param("L0", -1e3, 1e3, (-5.0, 5.0)), Param("b", -1e4, 1e4, (-50.0, 50.0)),
+                      Param("k", -1e3, 1e3, (-5.0, 5.0))),
+              variables=("N",), fn=vanishing)
+    df = simulate(law, pd.DataFrame({"N": np.geomspace(1e6, 1e9, 16)}),
+                  {"L0": 1.5, "b": 300.0, "k": 1.0}, noise=0.005, seed=1).drop(columns="clean")
+    post = quiet_posterior(law, df, method="laplace", seed=0)
+    assert [b.params for b in post.spec.blocks if b.name == "linear"] == [("L0", "b")]

@@ -254,8 +254,10 @@ def signed_blocks(spec, mode, ref, skip=()) -> tuple:
                  for n, sd in wide_signed(spec, mode, ref).items() if n not in skip)
 
 
-# ``linear_block``: the relative tolerance of its check that the law is affine in a coefficient
+# ``linear_block``: the relative tolerance of its check that the law is affine in a coefficient,
+# and how much of the law's size a coefficient moved by its own size must move it by at least
 LINEAR_RTOL = 1e-7
+LINEAR_VISIBLE = 1e-6
 _LINEAR_BLOCKS: dict = {}
 
 
@@ -344,6 +346,11 @@ def linear_block(spec, mode, data) -> tuple:
                 if k != "sigma"}
         others = {k: v for k, v in full.items() if k not in coefs}
         h, G = (np.asarray(a) for a in _affine_parts(law, coefs, others, x))
+        # a coefficient the law barely sees (its term vanishes here) is affine in a trivial way,
+        # and would make G singular: each must move the law by 1e-6 of its size when moved by 1x
+        moves = np.max(np.abs(G), axis=0) * np.array([size[c] for c in coefs])
+        if not np.all(moves >= LINEAR_VISIBLE * np.max(np.abs(np.asarray(law.fn(full, x))))):
+            return None
         for scale in (1.0, 10.0):
             cv = np.array([size[c] * scale * rng.standard_normal() for c in coefs])
             f = np.asarray(law.fn({**others, **{c: cv[j] for j, c in enumerate(coefs)}}, x))
