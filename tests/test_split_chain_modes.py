@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from bayes_scaling import bayes as B
-from bayes_scaling.bayes.api import _modes_of_split_chains
+from bayes_scaling.bayes.api import (_drop_light_groups, _inference_data, _modes_of_split_chains,
+                                       _nuts_check)
 from bayes_scaling.laws import Law, Param
 from conftest import simulate
 
@@ -40,11 +41,11 @@ def setup():
     def chains(s, k):
         return s[None, None] + 1e-3 * rng.standard_normal((k, 100, len(s)))
 
-    return spec, data, one, s_pos, s_neg, chains
+    return spec, data, one, s_pos, s_neg, chains, df
 
 
 def test_groups_in_another_basin_are_new_modes(setup):
-    spec, data, one, s_pos, s_neg, chains = setup
+    spec, data, one, s_pos, s_neg, chains, _ = setup
     draws = np.concatenate([chains(s_pos, 2), chains(s_neg, 2)])
     found = _modes_of_split_chains(spec, data, one, [(draws, None)],
                                    [{"ok": False, "chain_groups": [[0, 1], [2, 3]]}])
@@ -54,10 +55,57 @@ def test_groups_in_another_basin_are_new_modes(setup):
 
 
 def test_nothing_new_when_the_groups_share_the_basin_or_the_chains_passed(setup):
-    spec, data, one, s_pos, s_neg, chains = setup
+    spec, data, one, s_pos, s_neg, chains, _ = setup
     same = np.concatenate([chains(s_pos, 2), chains(s_pos + 0.01, 2)])
     split = [{"ok": False, "chain_groups": [[0, 1], [2, 3]]}]
     assert _modes_of_split_chains(spec, data, one, [(same, None)], split) is None
     both = np.concatenate([chains(s_pos, 2), chains(s_neg, 2)])
     passed = [{"ok": True, "chain_groups": [[0, 1, 2, 3]]}]
     assert _modes_of_split_chains(spec, data, one, [(both, None)], passed) is None
+
+
+def _laplace_chains(mode, k, n, rng):
+    """``k`` chains of ``n`` independent draws from the mode's Laplace Gaussian."""
+    z = rng.standard_normal((k, n, len(mode.s)))
+    return np.asarray(mode.s)[None, None] + z @ np.asarray(mode.chol).T
+
+
+def _stats(k, n, rng):
+    """NUTS's sample stats for ``k`` chains of ``n`` draws without a divergence."""
+    return {"diverging": np.zeros((k, n), bool), "energy": rng.standard_normal((k, n)),
+            "num_steps": np.full((k, n), 7), "accept_prob": np.full((k, n), 0.9),
+            "adapt_state.step_size": np.full((k, n), 0.3),
+            "potential_energy": rng.standard_normal((k, n))}
+
+
+def test_a_chain_stuck_where_there_is_no_mass_is_left_out(setup):
+    spec, data, one, _, _, chains, df = setup
+    rng = np.random.default_rng(1)
+    vdf = spec.space.validate(df)
+    stuck = np.asarray(spec.s({**TRUE, "E": TRUE["E"] + 0.3, "sigma": 0.05}, data["ref"]))
+    draws = np.concatenate([_laplace_chains(one[0], 3, 500, rng), chains(stuck, 1)[:, :1]
+                            .repeat(500, 1) + 1e-3 * rng.standard_normal((1, 500, len(stuck)))])
+
+    def check(r):
+        return _nuts_check(_inference_data(spec, data, vdf, *r, loglik=False), spec, 4, 10)
+
+    run = (draws, _stats(4, 500, rng))
+    first = check(run)
+    assert not first["ok"] and first["chain_groups"] == [[0, 1, 2], [3]]
+    runs, diags, notes = _drop_light_groups(spec, data, [run], [first], check, rng)
+    assert runs[0][0].shape[0] == 3 and runs[0][1]["energy"].shape[0] == 3
+    np.testing.assert_array_equal(runs[0][0], draws[:3])
+    assert diags[0]["ok"], diags[0]["failed"]
+    assert len(notes) == 1 and "chain(s) 3 left out" in notes[0]
+
+
+def test_groups_of_real_modes_are_kept(setup):
+    spec, data, one, _, s_neg, _, _ = setup
+    rng = np.random.default_rng(2)
+    neg = B.modes.modes_from(spec, data, [s_neg])
+    draws = np.concatenate([_laplace_chains(one[0], 2, 500, rng),
+                            _laplace_chains(neg[0], 2, 500, rng)])
+    run = (draws, _stats(4, 500, rng))
+    split = {"ok": False, "chain_groups": [[0, 1], [2, 3]]}
+    runs, diags, notes = _drop_light_groups(spec, data, [run], [split], lambda r: 1 / 0, rng)
+    assert runs[0] is run and diags[0] is split and notes == []

@@ -123,7 +123,12 @@ def fit_posterior(
         proportion to its weight. When a coordinate block splits the space into sides (e.g. the
         sign of the PTPP gate's exponent) and the modes lie on several, each mode is sampled in
         its side's coordinates (``post.settings["sides"]``). A mode whose run fails its checks is
-        run again (``retries``, :func:`_escalate`). ``post.diagnostics["attempts"]`` holds one
+        run again (``retries``, :func:`_escalate`). When its chains still split into groups,
+        Newton from each group's best draw may find modes the optimiser missed (sampled again,
+        :func:`_modes_of_split_chains`); if it finds none, a lone mode's groups weighing less
+        than ``MIN_MODE_WEIGHT`` (chains stuck where there is no mass) are left out and the
+        other chains checked again (:func:`_drop_light_groups`; ``post.idata`` then has fewer
+        chains than ``num_chains``). ``post.diagnostics["attempts"]`` holds one
         record per run of each mode (what was tried and why, its settings and the diagnostics
         after it); ``post.diagnostics["notes"]`` records every retry and drop. ``post.modes``
         lists the modes with ``weight`` and their own R-hat, ESS and divergences;
@@ -225,6 +230,15 @@ def fit_posterior(
             modes, n_found = found, len(found)
             runs, ladder_diags, more, again, sides, side_of = sample(modes, seed + 104729)
             attempts, notes = attempts + more, notes + again
+        elif init == "map" and retries and len(runs) == 1:
+
+            def check(r):
+                return _nuts_check(_inference_data(spec, data, vdf, *r, loglik=False), spec,
+                                   num_chains, max_tree_depth)
+
+            runs, ladder_diags, light = _drop_light_groups(spec, data, runs, ladder_diags, check,
+                                                           rng)
+            notes += light
         if init == "map":
             keep, weights, mode_diags, dropped = _mixture(spec, data, vdf, runs, modes, rng,
                                                           ladder_diags, sides, side_of)
@@ -483,6 +497,44 @@ def _modes_of_split_chains(spec, data, modes, runs, diags, per_group=50):
         return None
     found = modes_from(spec, data, starts)
     return found if len(found) > len(modes) else None
+
+
+def _drop_light_groups(spec, data, runs, diags, check, rng):
+    """Leave out chains stuck where the posterior has no mass: when a mode's chains split into
+    groups (``diags[k]["chain_groups"]``) that Newton does not take to distinct modes, each group
+    is weighted by its bridge-sampled mass (:func:`basin_log_masses`, the groups' draws as the
+    modes' draws), and the chains of groups weighing less than ``MIN_MODE_WEIGHT`` are left
+    out, as a mode that light is (:func:`_mixture`). What is left is checked again by ``check``
+    (its ESS threshold still counts every chain run). A chain that wandered onto a flat plateau
+    hundreds of nats below the mode (a term of the law vanishing, the noise scale inflated to
+    match) does not come back within any run the ladder can afford; the mass it stands for is
+    negligible, and it is the only thing keeping the other chains from passing.
+
+    Returns ``(runs, diags, notes)``, one note per mode whose chains were left out."""
+    d = len(spec.sampled)
+    notes = []
+    runs, diags = list(runs), list(diags)
+    for k, ((s, extra), diag) in enumerate(zip(runs, diags)):
+        groups = diag.get("chain_groups", [])
+        if diag["ok"] or len(groups) < 2:
+            continue
+        log_z, _ = basin_log_masses(lambda x: log_joint_batch(spec)(jnp.asarray(x), data),
+                                    [s[g].reshape(-1, d) for g in groups], rng)
+        w = np.exp(log_z - np.logaddexp.reduce(log_z))
+        light = [j for j in range(len(groups)) if not w[j] >= MIN_MODE_WEIGHT]
+        keep = sorted(c for j, g in enumerate(groups) if j not in light for c in g)
+        if not light or len(keep) < 2:
+            continue
+        run = (s[keep], None if extra is None else {n: v[keep] for n, v in extra.items()})
+        runs[k], diags[k] = run, check(run)
+        out = sorted(c for j in light for c in groups[j])
+        notes.append(
+            f"mode {k} (of those found): chain(s) {', '.join(map(str, out))} left out, their "
+            f"group's bridge-sampled weight {max(w[j] for j in light):.1e} being below "
+            f"{MIN_MODE_WEIGHT:g} (stuck where the posterior has no mass); the other "
+            f"{len(keep)} chains " + ("passed their checks" if diags[k]["ok"] else
+                                      "failed: " + "; ".join(diags[k]["failed"][:3])))
+    return runs, diags, notes
 
 
 def _nuts_check(idata, spec, num_chains, max_tree_depth):
