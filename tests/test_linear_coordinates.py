@@ -88,21 +88,30 @@ def test_only_the_coefficients_the_law_is_affine_in_are_taken(table):
     assert [b.name for b in post.spec.blocks] == ["signed_b", "linear"]  # b: wide, not affine
 
 
-def test_a_narrow_offset_keeps_its_own_transform():
-    """An offset bounded near its size (L0 in (-5, 5) at about 1) is not a wide coefficient, and
-    alone it has no ridge with another coefficient: there is no block."""
+def test_a_lone_offset_is_sampled_as_the_laws_value_at_one_row():
+    """An offset alone (L0 in (-5, 5)) has a ridge with the term it offsets: on three decades of
+    N, L0 falls as A N^-alpha rises with a smaller alpha. It is sampled as the law's value at one
+    row, which the data pin; the default posterior converges and recovers the truth."""
+    true = {"L0": 1.0, "A": 40.0, "alpha": 0.3}
 
     def offset(p, x):
         return p["L0"] + p["A"] * x["N"] ** -p["alpha"]
 
     law = Law(name="narrow_offset_test_law",
-              params=(Param("L0", -5.0, 5.0, (-5.0, 5.0)), Param("A", 0.0, 500.0, (1.0, 500.0), True),
+              params=(Param("L0", -5.0, 5.0, (-5.0, 5.0)),
+                      Param("A", 0.0, 500.0, (1.0, 500.0), True),
                       Param("alpha", 0.0, 2.0, (0.0, 2.0))),
               variables=("N",), fn=offset)
-    df = simulate(law, pd.DataFrame({"N": np.geomspace(1e6, 1e9, 16)}),
-                  {"L0": 1.0, "A": 40.0, "alpha": 0.3}, noise=0.005, seed=1).drop(columns="clean")
-    post = quiet_posterior(law, df, method="laplace", seed=0)
-    assert post.settings["coordinates"] == []
+    df = simulate(law, pd.DataFrame({"N": np.geomspace(1e6, 1e9, 16)}), true, noise=0.005,
+                  seed=1).drop(columns="clean")
+    post = quiet_posterior(law, df, seed=0, progress_bar=False)
+    assert post.ok, post.diagnostics["failed"]
+    assert post.settings["coordinates"] == ["linear"] and post.spec.blocks[0].params == ("L0",)
+    pts = B.data_pytree(post.spec, df)["ref"]["linear"]["x"]
+    assert len(pts["N"]) == 1 and float(pts["N"][0]) in set(df["N"])
+    for k, v in true.items():
+        lo, hi = np.quantile(post.draws(k), [0.005, 0.995])
+        assert lo < v < hi, (k, lo, hi)
 
 
 def test_a_ridge_through_zero_converges_and_recovers_the_truth(table):

@@ -60,8 +60,10 @@ def test_the_asinh_coordinate_is_an_exact_change_of_variables(table):
 def test_a_wide_signed_coefficient_is_sampled_on_the_asinh_scale_and_recovered(table):
     post = quiet_posterior(LAW, table, seed=0, progress_bar=False)
     assert post.ok, post.diagnostics["failed"]
-    # c is not sampled as the law's values: E, before it, is taken, and E is not wide
-    assert post.settings["coordinates"] == ["signed_c"]
+    # c is not sampled as the law's values: E, before it, is taken (the law is affine in E and
+    # in c, not in both), and c, wide, is sampled on the asinh scale
+    assert post.settings["coordinates"] == ["signed_c", "linear"]
+    assert post.spec.blocks[-1].params == ("E",)
     c = post.draws("c")
     lo, hi = np.quantile(c, [0.005, 0.995])
     assert lo < TRUE["c"] < hi

@@ -222,6 +222,12 @@ def signed_coordinates(name: str, scale: float) -> Coordinates:
     return block
 
 
+def _signed_plain(spec) -> list:
+    """``spec``'s parameters sampled as themselves whose bounds lie on both sides of 0."""
+    return [p for p in spec.plain if p.name != "sigma" and p.lower < 0 < p.upper
+            and p.kind in ("interval", "real")]
+
+
 def wide_signed(spec, mode, ref) -> dict:
     """``{name: Laplace sd}`` of ``spec``'s wide signed parameters at ``mode``: sampled as
     themselves, bounds on both sides of 0 spanning at least ``SIGNED_WIDE`` times their size
@@ -232,9 +238,7 @@ def wide_signed(spec, mode, ref) -> dict:
     s_hat = jnp.asarray(mode.s)
     theta = spec.theta_s(s_hat, ref)
     out = {}
-    for p in spec.plain:
-        if p.name == "sigma" or not (p.lower < 0 < p.upper) or p.kind not in ("interval", "real"):
-            continue
+    for p in _signed_plain(spec):
         i = names.index(p.name)
         # the plain parameter is a function of its own coordinate only
         dth = jax.grad(lambda v, i=i, p=p: p.from_unconstrained(v))(s_hat[i])
@@ -309,24 +313,22 @@ def linear_coordinates(coefs: tuple, points: dict) -> Coordinates:
 
 def linear_block(spec, mode, data) -> tuple:
     """The :func:`linear_coordinates` block of ``spec``'s signed coefficients (bounds on both
-    sides of 0, sampled as themselves) the law is affine in, or ``()``; only when it takes two
-    or more (the ridge between them: ``c0`` falls as ``c1`` grows) or a wide one
-    (:func:`wide_signed`: a coefficient left free to take any magnitude); a lone narrow offset
-    such as ``L0`` in (-5, 5) keeps the transform of its bounds.
+    sides of 0, sampled as themselves) the law is affine in, or ``()``. Two or more have a ridge
+    between them (``c0`` falls as ``c1`` grows); a lone offset such as ``E`` in ``(A / (N (k log
+    S + 1)))^alpha + E`` has one with the terms it offsets (``E`` falls as the power term rises
+    with its exponent) and is sampled as the law's value at one row.
 
     Coefficients are taken in order while the law stays jointly affine in those taken, at the
     mode and at 8 Laplace draws around it (each clipped to 3 sds), each coefficient moved to
     random values of 1 and 10 times its size (the larger of its value at the mode and its spread
-    over the draws). The points are the table rows whose rows of ``G`` at the mode are the best conditioned (a
-    column-pivoted QR). Skipped when another block reads the law (its parameters would depend on
-    these)."""
+    over the draws). The points are the table rows whose rows of ``G`` at the mode are the best
+    conditioned (a column-pivoted QR; for an offset every row ties and the first is taken).
+    Skipped when another block reads the law (its parameters would depend on these)."""
     if not mode.hessian_ok or any(b.uses_law for b in spec.blocks):
         return ()
     ref = data["ref"]
-    cand = [p.name for p in spec.plain if p.name != "sigma" and p.lower < 0 < p.upper
-            and p.kind in ("interval", "real")]
-    wide = set(wide_signed(spec, mode, ref))
-    if len(cand) < 2 and not set(cand) & wide:
+    cand = [p.name for p in _signed_plain(spec)]
+    if not cand:
         return ()
     n = int(np.sum(np.asarray(data["w"]) > 0))
     x = {k: np.asarray(v)[:n] for k, v in data["x"].items()}
@@ -364,7 +366,7 @@ def linear_block(spec, mode, data) -> tuple:
     for c in cand:  # greedily: E (1 + c N^q) is affine in E and in c, not in both
         if all(affine(coefs + (c,), t) is not None for t in thetas):
             coefs += (c,)
-    G = affine(coefs, thetas[0]) if len(coefs) >= 2 or set(coefs) & wide else None
+    G = affine(coefs, thetas[0]) if coefs else None
     if G is None or len(G) < len(coefs):
         return ()
     # the rows with the best-conditioned G: a column-pivoted QR of G^T (columns scaled)
