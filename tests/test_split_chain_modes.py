@@ -1,14 +1,14 @@
 """Chains that split into groups can find modes the optimiser missed: Newton from each group's
 best draw gives the modes, and the fit samples them again, each on its own
-(``api._modes_of_split_chains``). Checked on a law whose posterior is symmetric in the sign of
+(``chains.modes_of_split_chains``). Checked on a law whose posterior is symmetric in the sign of
 an exponent (two modes, a barrier at 0), given only one of them."""
 import numpy as np
 import pandas as pd
 import pytest
 
 from bayes_scaling import bayes as B
-from bayes_scaling.bayes.api import (_drop_light_groups, _inference_data, _modes_of_split_chains,
-                                       _nuts_check)
+from bayes_scaling.bayes.api import _inference_data, _nuts_check
+from bayes_scaling.bayes.chains import drop_light_groups, modes_of_split_chains
 from bayes_scaling.laws import Law, Param
 from conftest import simulate
 
@@ -47,7 +47,7 @@ def setup():
 def test_groups_in_another_basin_are_new_modes(setup):
     spec, data, one, s_pos, s_neg, chains, _ = setup
     draws = np.concatenate([chains(s_pos, 2), chains(s_neg, 2)])
-    found = _modes_of_split_chains(spec, data, one, [(draws, None)],
+    found = modes_of_split_chains(spec, data, one, [(draws, None)],
                                    [{"ok": False, "chain_groups": [[0, 1], [2, 3]]}])
     assert found is not None and len(found) == 2
     a = sorted(float(spec.theta_s(m.s, data["ref"])["a"]) for m in found)
@@ -58,10 +58,10 @@ def test_nothing_new_when_the_groups_share_the_basin_or_the_chains_passed(setup)
     spec, data, one, s_pos, s_neg, chains, _ = setup
     same = np.concatenate([chains(s_pos, 2), chains(s_pos + 0.01, 2)])
     split = [{"ok": False, "chain_groups": [[0, 1], [2, 3]]}]
-    assert _modes_of_split_chains(spec, data, one, [(same, None)], split) is None
+    assert modes_of_split_chains(spec, data, one, [(same, None)], split) is None
     both = np.concatenate([chains(s_pos, 2), chains(s_neg, 2)])
     passed = [{"ok": True, "chain_groups": [[0, 1, 2, 3]]}]
-    assert _modes_of_split_chains(spec, data, one, [(both, None)], passed) is None
+    assert modes_of_split_chains(spec, data, one, [(both, None)], passed) is None
 
 
 def _laplace_chains(mode, k, n, rng):
@@ -92,7 +92,7 @@ def test_a_chain_stuck_where_there_is_no_mass_is_left_out(setup):
     run = (draws, _stats(4, 500, rng))
     first = check(run)
     assert not first["ok"] and first["chain_groups"] == [[0, 1, 2], [3]]
-    runs, diags, notes = _drop_light_groups(spec, data, [run], [first], check, rng)
+    runs, diags, notes = drop_light_groups(spec, data, [run], [first], check, rng)
     assert runs[0][0].shape[0] == 3 and runs[0][1]["energy"].shape[0] == 3
     np.testing.assert_array_equal(runs[0][0], draws[:3])
     assert diags[0]["ok"], diags[0]["failed"]
@@ -107,5 +107,5 @@ def test_groups_of_real_modes_are_kept(setup):
                             _laplace_chains(neg[0], 2, 500, rng)])
     run = (draws, _stats(4, 500, rng))
     split = {"ok": False, "chain_groups": [[0, 1], [2, 3]]}
-    runs, diags, notes = _drop_light_groups(spec, data, [run], [split], lambda r: 1 / 0, rng)
+    runs, diags, notes = drop_light_groups(spec, data, [run], [split], lambda r: 1 / 0, rng)
     assert runs[0] is run and diags[0] is split and notes == []

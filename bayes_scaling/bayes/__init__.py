@@ -38,6 +38,7 @@ Layout (each module one idea; data flows down the list):
 - ``spec``: :class:`Spec` (law + priors + likelihood + fixed values) and its densities;
 - ``model``: the NumPyro model and the compiled densities;
 - ``modes``: MAP, Newton, Laplace; ``nuts``: sampling and diagnostics;
+- ``chains``: the modes' weights, modes found by split chains, chains stuck without mass;
 - ``intervals``: extrapolation distance, leave-future-out rehearsal, the discrepancy's posterior;
 - ``posterior``: :class:`Posterior`, forecasts, save/load; ``discrepancy``: a fixed-tau opt-in;
 - ``api``: :func:`fit_posterior`; ``commands``: the CLI entry points.

@@ -14,12 +14,12 @@ import pandas as pd
 from ..checks import check_fit_options
 from ..errors import BayesScalingError, MultimodalWarning
 from ..objective import data_hash
+from .chains import drop_light_groups, modes_of_split_chains, weigh_modes
 from .coordinates import linear_block, signed_blocks
 from .distributions import FlatPrior, HUBER_C
 from .likelihood import STUDENT_DF
-from .model import log_joint_batch, pointwise_batch, recoord_batch, theta_s_batch
-from .modes import (Basins, basin_log_masses, find_modes, map_stage, modes_from, refine_mode,
-                    sample_laplace)
+from .model import pointwise_batch, recoord_batch, theta_s_batch
+from .modes import find_modes, map_stage, refine_mode, sample_laplace
 from .nuts import (LADDER_RETRIES, RHAT_MAX, chain_groups, combine_diagnostics,
                    draws_whitening, mixture_draws, next_attempt,
                    nuts_diagnostics, run_modes, run_nuts, warn_diagnostics)
@@ -125,11 +125,11 @@ def fit_posterior(
         its side's coordinates (``post.settings["sides"]``). A mode whose run fails its checks is
         run again (``retries``, :func:`_escalate`). When its chains still split into groups,
         Newton from each group's best draw may find modes the optimiser missed (sampled again,
-        :func:`_modes_of_split_chains`); if it finds none, a lone mode's groups weighing less
-        than ``MIN_MODE_WEIGHT`` (chains stuck where there is no mass) are left out and the
-        other chains checked again (:func:`_drop_light_groups`; ``post.idata`` then has fewer
-        chains than ``num_chains``). ``post.diagnostics["attempts"]`` holds one
-        record per run of each mode (what was tried and why, its settings and the diagnostics
+        :func:`~.chains.modes_of_split_chains`); if it finds none, a lone mode's groups
+        weighing less than ``MIN_MODE_WEIGHT`` (chains stuck where there is no mass) are left
+        out and the other chains checked again (:func:`~.chains.drop_light_groups`;
+        ``post.idata`` then has fewer chains than ``num_chains``).
+        ``post.diagnostics["attempts"]`` holds one record per run of each mode (what was tried and why, its settings and the diagnostics
         after it); ``post.diagnostics["notes"]`` records every retry and drop. ``post.modes``
         lists the modes with ``weight`` and their own R-hat, ESS and divergences;
         ``post.diagnostics`` holds the worst of them (and ``modes``, one summary per mode).
@@ -221,7 +221,7 @@ def fit_posterior(
             return runs, ladder_diags, attempts, notes, sides, side_of
 
         runs, ladder_diags, attempts, notes, sides, side_of = sample(modes, seed)
-        found = (_modes_of_split_chains(spec, data, modes, runs, ladder_diags)
+        found = (modes_of_split_chains(spec, data, modes, runs, ladder_diags)
                  if init == "map" and retries else None)
         if found is not None:  # the chains found modes the optimiser missed: sample each
             notes.append(f"the chains split into groups that Newton takes to {len(found)} "
@@ -236,11 +236,11 @@ def fit_posterior(
                 return _nuts_check(_inference_data(spec, data, vdf, *r, loglik=False), spec,
                                    num_chains, max_tree_depth)
 
-            runs, ladder_diags, light = _drop_light_groups(spec, data, runs, ladder_diags, check,
+            runs, ladder_diags, light = drop_light_groups(spec, data, runs, ladder_diags, check,
                                                            rng)
             notes += light
         if init == "map":
-            keep, weights, mode_diags, dropped = _mixture(spec, data, vdf, runs, modes, rng,
+            keep, weights, mode_diags, dropped = weigh_modes(spec, data, vdf, runs, modes, rng,
                                                           ladder_diags, sides, side_of)
             modes, notes = [modes[k] for k in keep], notes + dropped
         else:
@@ -289,10 +289,6 @@ def fit_posterior(
         warnings.warn(f"the posterior of {law.name}: " + "; ".join(dropped), MultimodalWarning,
                       stacklevel=2)
     return post
-
-
-# a mode whose bridge-sampled weight is below this is dropped (with a note)
-MIN_MODE_WEIGHT = 1e-3
 
 
 def _sides(spec, data, vdf, modes, kw):
@@ -429,112 +425,6 @@ def _recoord(model, spec, data, s):
     out = recoord_batch(src, spec)(jnp.asarray(s.reshape(C * D, -1)), src_data["ref"],
                                    data["ref"])
     return np.asarray(out).reshape(C, D, -1)
-
-
-def _mixture(spec, data, vdf, runs, modes, rng, diags, sides=None, side_of=None):
-    """Diagnose each mode's chains within the mode, drop modes one of whose chains ended in
-    another mode's basin (the two are one basin: a chain fell from one into the other), weight
-    the rest by their bridge-sampled mass and drop those weighing less than
-    ``MIN_MODE_WEIGHT``. ``diags[k]``: mode ``k``'s diagnostics (computed within the mode).
-
-    Returns ``(keep, weights, diagnostics, notes)``: the indices of the kept modes, their
-    weights and diagnostics, and one note per dropped mode."""
-    d = len(spec.sampled)
-    keep, notes = list(range(len(runs))), []
-
-    def by_side(ks):
-        return dict(sides=None if sides is None else sides[ks], side_of=side_of)
-
-    # the basins of the modes found (their Laplace Gaussians): a mode one of whose chains ended
-    # mostly in another's basin fell into it from where it was found
-    found = Basins(np.stack([m.s for m in modes]),
-                   np.stack([np.linalg.cholesky(m.cov + 1e-12 * np.trace(m.cov) * np.eye(d))
-                             for m in modes]))
-    while len(keep) > 1:
-        sub = Basins(found.means[keep], found.chols[keep], **by_side(keep))
-        own = [min(np.mean(sub.assign(chain) == j) for chain in runs[k][0])
-               for j, k in enumerate(keep)]
-        if min(own) >= 0.5:
-            break
-        j = int(np.argmin(own))
-        notes.append(f"mode {keep[j]} (of those found) is one basin with another: "
-                     f"{1 - own[j]:.0%} of one of its chains ended in another mode's basin; "
-                     "its draws are left out")
-        del keep[j]
-    weights = np.ones(1)
-    while len(keep) > 1:
-        log_z, _ = basin_log_masses(lambda x: log_joint_batch(spec)(jnp.asarray(x), data),
-                                    [runs[k][0].reshape(-1, d) for k in keep], rng,
-                                    **by_side(keep))
-        weights = np.exp(log_z - np.logaddexp.reduce(log_z))
-        if weights.min() >= MIN_MODE_WEIGHT:
-            break
-        j = int(np.argmin(weights))
-        notes.append(f"mode {keep[j]} (of those found) dropped: its bridge-sampled weight "
-                     f"{weights[j]:.1e} is below {MIN_MODE_WEIGHT:g}")
-        del keep[j]
-        weights = np.ones(1)
-    return keep, weights, [diags[k] for k in keep], notes
-
-
-def _modes_of_split_chains(spec, data, modes, runs, diags, per_group=50):
-    """Modes found by chains that split into groups (``diags[k]["chain_groups"]``) where the
-    optimiser found fewer: damped Newton from the highest-density draw of each group (among
-    ``per_group`` draws of its chains) and from the modes found, the endpoints grouped into
-    distinct modes as the optimiser's are. Returns the new list of modes when it is longer,
-    else ``None``."""
-    starts = [m.s for m in modes]
-    for (s, _), diag in zip(runs, diags):
-        if diag["ok"] or len(diag.get("chain_groups", [])) < 2:
-            continue
-        for group in diag["chain_groups"]:
-            x = s[group].reshape(-1, s.shape[-1])
-            x = x[np.linspace(0, len(x) - 1, min(per_group, len(x))).astype(int)]
-            lp = np.asarray(log_joint_batch(spec)(jnp.asarray(x), data))
-            if np.any(np.isfinite(lp)):
-                starts.append(x[int(np.nanargmax(np.where(np.isfinite(lp), lp, -np.inf)))])
-    if len(starts) == len(modes):
-        return None
-    found = modes_from(spec, data, starts)
-    return found if len(found) > len(modes) else None
-
-
-def _drop_light_groups(spec, data, runs, diags, check, rng):
-    """Leave out chains stuck where the posterior has no mass: when a mode's chains split into
-    groups (``diags[k]["chain_groups"]``) that Newton does not take to distinct modes, each group
-    is weighted by its bridge-sampled mass (:func:`basin_log_masses`, the groups' draws as the
-    modes' draws), and the chains of groups weighing less than ``MIN_MODE_WEIGHT`` are left
-    out, as a mode that light is (:func:`_mixture`). What is left is checked again by ``check``
-    (its ESS threshold still counts every chain run). A chain that wandered onto a flat plateau
-    hundreds of nats below the mode (a term of the law vanishing, the noise scale inflated to
-    match) does not come back within any run the ladder can afford; the mass it stands for is
-    negligible, and it is the only thing keeping the other chains from passing.
-
-    Returns ``(runs, diags, notes)``, one note per mode whose chains were left out."""
-    d = len(spec.sampled)
-    notes = []
-    runs, diags = list(runs), list(diags)
-    for k, ((s, extra), diag) in enumerate(zip(runs, diags)):
-        groups = diag.get("chain_groups", [])
-        if diag["ok"] or len(groups) < 2:
-            continue
-        log_z, _ = basin_log_masses(lambda x: log_joint_batch(spec)(jnp.asarray(x), data),
-                                    [s[g].reshape(-1, d) for g in groups], rng)
-        w = np.exp(log_z - np.logaddexp.reduce(log_z))
-        light = [j for j in range(len(groups)) if not w[j] >= MIN_MODE_WEIGHT]
-        keep = sorted(c for j, g in enumerate(groups) if j not in light for c in g)
-        if not light or len(keep) < 2:
-            continue
-        run = (s[keep], None if extra is None else {n: v[keep] for n, v in extra.items()})
-        runs[k], diags[k] = run, check(run)
-        out = sorted(c for j in light for c in groups[j])
-        notes.append(
-            f"mode {k} (of those found): chain(s) {', '.join(map(str, out))} left out, their "
-            f"group's bridge-sampled weight {max(w[j] for j in light):.1e} being below "
-            f"{MIN_MODE_WEIGHT:g} (stuck where the posterior has no mass); the other "
-            f"{len(keep)} chains " + ("passed their checks" if diags[k]["ok"] else
-                                      "failed: " + "; ".join(diags[k]["failed"][:3])))
-    return runs, diags, notes
 
 
 def _nuts_check(idata, spec, num_chains, max_tree_depth):
