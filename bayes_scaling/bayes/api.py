@@ -1,4 +1,4 @@
-"""``fit_posterior``: the mode search, the sampler (NUTS or Laplace) and the result, put together."""
+"""``fit_posterior``: the mode search, the sampler (NUTS or Laplace) and the result together."""
 from __future__ import annotations
 
 import math
@@ -129,13 +129,13 @@ def fit_posterior(
         weighing less than ``MIN_MODE_WEIGHT`` (chains stuck where there is no mass) are left
         out and the other chains checked again (:func:`~.chains.drop_light_groups`;
         ``post.idata`` then has fewer chains than ``num_chains``).
-        ``post.diagnostics["attempts"]`` holds one record per run of each mode (what was tried and why, its settings and the diagnostics
-        after it); ``post.diagnostics["notes"]`` records every retry and drop. ``post.modes``
-        lists the modes with ``weight`` and their own R-hat, ESS and divergences;
-        ``post.diagnostics`` holds the worst of them (and ``modes``, one summary per mode).
-        A failed diagnostic (after the retries) raises a :class:`ConvergenceWarning` naming the
-        failing parameters, what failed, the attempts made and what to try; several modes raise
-        a :class:`MultimodalWarning`.
+        ``post.diagnostics["attempts"]`` holds one record per run of each mode (what was tried
+        and why, its settings and the diagnostics after it); ``post.diagnostics["notes"]``
+        records every retry and drop. ``post.modes`` lists the modes with ``weight`` and their
+        own R-hat, ESS and divergences; ``post.diagnostics`` holds the worst of them (and
+        ``modes``, one summary per mode). A failed diagnostic (after the retries) raises a
+        :class:`ConvergenceWarning` naming the failing parameters, what failed, the attempts
+        made and what to try; several modes raise a :class:`MultimodalWarning`.
     """
     check_fit_options(law, n_starts=n_starts, fixed=fixed, num_chains=num_chains,
                       num_warmup=num_warmup, num_samples=num_samples)
