@@ -143,3 +143,30 @@ def test_the_fit_and_the_flat_posterior_mode_recover_the_same_law(table):
         assert fit.params[k] == pytest.approx(TRUE[k], rel=0.03)
     for k in ("E", "A", "B", "beta"):
         assert params[k] == pytest.approx(fit.params[k], rel=1e-4)
+
+
+def test_an_interval_parameter_near_its_bound_is_a_smooth_function_of_u():
+    """A bounded parameter whose posterior sits near a bound (ScaleBench data_constrained sl_6:
+    C in (0, 1e4) at about 1e-10) must move smoothly with ``u``. Computed as
+    ``(tanh(u / 2) + 1) / 2``, the sigmoid had an absolute error of 1e-16 and so a relative
+    error of 0.25% at u = -31.8 (and was 0 below u = -38): the log density jumped by 0.005-0.07
+    under steps of 1e-7 and NUTS' step size fell to 1e-14."""
+    import mpmath
+
+    p = bs.laws.Param("C", 0.0, 1e4, (1.0, 10.0))
+    near_upper = bs.laws.Param("d", -1.0, 1.0, (-0.5, 0.5))
+    for u in (-31.78, -40.0, -300.0, -700.0, 0.3, 25.0):
+        exact = 1e4 / (1 + mpmath.exp(-mpmath.mpf(u)))
+        assert float(p.from_unconstrained(u)) == pytest.approx(float(exact), rel=1e-13)
+        # near an upper bound, the value is as close to exact as a float next to 1 can be
+        gap = 2 / (1 + mpmath.exp(-mpmath.mpf(u)))
+        assert abs(1.0 - float(near_upper.from_unconstrained(-u)) - float(gap)) <= 4e-16
+    # log C is u + log(1e4) down there: differences of tiny steps are the steps
+    u = -31.78 + np.arange(50) * 1e-7
+    logc = np.log(np.asarray(p.from_unconstrained(jnp.asarray(u))))
+    np.testing.assert_allclose(np.diff(logc), 1e-7, rtol=1e-4)
+    # and the round trip holds from far below (far above, 1e4 - C is a few ulps of 1e4 and u
+    # keeps only the digits those carry)
+    u = np.array([-700.0, -300.0, -40.0, -31.78, -5.0, 0.0, 5.0])
+    np.testing.assert_allclose(np.asarray(p.to_unconstrained(p.from_unconstrained(jnp.asarray(u)))),
+                               u, rtol=1e-9)

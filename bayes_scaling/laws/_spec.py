@@ -78,12 +78,10 @@ class Param:
         """Map a value inside the bounds to the real line (inverse of :meth:`from_unconstrained`)."""
         k = self.kind
         if k == "log_interval":
-            lo, hi = math.log(self.lower), math.log(self.upper)
-            z = (jnp.log(value) - lo) / (hi - lo)
-            return jnp.log(z) - jnp.log1p(-z)
+            lv = jnp.log(value)
+            return jnp.log(lv - math.log(self.lower)) - jnp.log(math.log(self.upper) - lv)
         if k == "interval":
-            z = (value - self.lower) / (self.upper - self.lower)
-            return jnp.log(z) - jnp.log1p(-z)
+            return jnp.log(value - self.lower) - jnp.log(self.upper - value)
         if k == "lower":
             return jnp.log(value - self.lower)
         if k == "upper":
@@ -94,10 +92,9 @@ class Param:
         """Map a real number into the bounds: scaled sigmoid, lower + exp, upper - exp, identity."""
         k = self.kind
         if k == "log_interval":
-            lo, hi = math.log(self.lower), math.log(self.upper)
-            return jnp.exp(lo + (hi - lo) * jax_sigmoid(u))
+            return jnp.exp(_between(math.log(self.lower), math.log(self.upper), u))
         if k == "interval":
-            return self.lower + (self.upper - self.lower) * jax_sigmoid(u)
+            return _between(self.lower, self.upper, u)
         if k == "lower":
             return self.lower + jnp.exp(u)
         if k == "upper":
@@ -114,8 +111,14 @@ class Param:
         return clip_inside(v, self.lower, self.upper)
 
 
-def jax_sigmoid(u):
-    return 0.5 * (jnp.tanh(0.5 * u) + 1.0)
+def _between(lo, hi, u):
+    """``lo + (hi - lo) sigmoid(u)``, measured from the nearer bound: ``sigmoid(u)`` is exact to
+    a relative 1e-16 down to u = -745, so a value next to a bound keeps its full precision as its
+    distance to that bound (as ``(tanh(u / 2) + 1) / 2`` it had an absolute error of 1e-16: a
+    relative 0.25% at u = -32 and 0 below u = -38, so a posterior next to a bound, e.g. C in
+    (0, 1e4) at 1e-10, saw its log density jump under steps of 1e-7)."""
+    w = hi - lo
+    return jnp.where(u < 0, lo + w * jax.nn.sigmoid(u), hi - w * jax.nn.sigmoid(-u))
 
 
 def clip_inside(v, lower, upper, rel=1e-9):
