@@ -231,15 +231,9 @@ class Spec:
                 continue
             v = theta[p.name]
             if p.lower < 0 < p.upper:  # signed: the same penalty in log |theta| past a bound
-                tiny = 1e-300
-                if math.isfinite(p.upper):
-                    out = out - 0.5 * (jnp.maximum(jnp.log(jnp.maximum(v, tiny))
-                                                   - math.log(p.upper), 0.0)
-                                       / SOFT_BOUND_WIDTH) ** 2
-                if math.isfinite(p.lower):
-                    out = out - 0.5 * (jnp.maximum(jnp.log(jnp.maximum(-v, tiny))
-                                                   - math.log(-p.lower), 0.0)
-                                       / SOFT_BOUND_WIDTH) ** 2
+                for side, bound in ((v, p.upper), (-v, -p.lower)):
+                    if math.isfinite(bound):
+                        out = out + _past(side, bound)
                 continue
             lv = jnp.log(v)
             if p.lower > 0:
@@ -265,6 +259,17 @@ class Spec:
         lp = (self.log_prior(self._into_box(theta)) + self.loglik(theta, data) + jac
               + self.soft_bounds(theta))
         return jnp.where(jnp.isfinite(lp) & self._inside(theta), lp, -jnp.inf)
+
+
+def _past(v, bound):
+    """``-0.5 ((log v - log bound) / SOFT_BOUND_WIDTH)^2`` where ``v > bound`` (> 0), else 0.
+    The log is taken of ``v`` only where it is past the bound, so that every derivative is finite
+    on the other side too: ``log(max(v, 1e-300))`` there was 0 with a zero gradient but a second
+    derivative of ``inf * 0 = nan`` (every Hessian of the density nan: Newton stopped where it
+    started and the chains were whitened by the identity)."""
+    past = v > bound
+    excess = jnp.log(jnp.where(past, v, bound)) - math.log(bound)
+    return jnp.where(past, -0.5 * (excess / SOFT_BOUND_WIDTH) ** 2, 0.0)
 
 
 def make_spec(law, *, priors=None, likelihood="huber", fixed=None, scale=None, c=HUBER_C,
