@@ -165,6 +165,15 @@ def test_an_interval_parameter_near_its_bound_is_a_smooth_function_of_u():
     u = -31.78 + np.arange(50) * 1e-7
     logc = np.log(np.asarray(p.from_unconstrained(jnp.asarray(u))))
     np.testing.assert_allclose(np.diff(logc), 1e-7, rtol=1e-4)
+    # in the middle of wide bounds a value keeps its own precision, not the bounds' (measured
+    # from -1e13, 115 moved in steps of 0.002: ScaleBench data_constrained sl_7's C)
+    wide = bs.laws.Param("C", -1e13, 1e13, (-1.0, 1.0))
+    for c in (114.662, -3.0, 1e-5, 5e12, -9.999e12):
+        assert float(wide.from_unconstrained(wide.to_unconstrained(jnp.asarray(c)))) == \
+            pytest.approx(c, rel=1e-14)
+    u = 2.29324e-11 * (1 + np.arange(20) * 1e-7)
+    np.testing.assert_allclose(np.diff(np.asarray(wide.from_unconstrained(jnp.asarray(u)))),
+                               5e12 * np.diff(u), rtol=1e-6)
     # and the round trip holds from far below (far above, 1e4 - C is a few ulps of 1e4 and u
     # keeps only the digits those carry)
     u = np.array([-700.0, -300.0, -40.0, -31.78, -5.0, 0.0, 5.0])

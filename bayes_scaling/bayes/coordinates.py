@@ -231,9 +231,12 @@ def _signed_plain(spec) -> list:
 def wide_signed(spec, mode, ref) -> dict:
     """``{name: Laplace sd}`` of ``spec``'s wide signed parameters at ``mode``: sampled as
     themselves, bounds on both sides of 0 spanning at least ``SIGNED_WIDE`` times their size
-    there (the larger of ``|value|`` and the Laplace sd) and at least ``SIGNED_WIDE`` units."""
-    if not mode.hessian_ok:
-        return {}
+    there (the larger of ``|value|`` and the Laplace sd) and at least ``SIGNED_WIDE`` units.
+
+    Where the Hessian at the mode is not positive definite, the size is ``|value|`` alone. Such a
+    parameter is often the cause: ScaleBench data_constrained sl_7's ``C`` in (-1e13, 1e13) at
+    115 has a curvature of 1e25 on its own coordinate beside 1 on the others, beyond what float64
+    resolves; on the asinh scale it is of the others' order."""
     names = [p.name for p in spec.sampled]
     s_hat = jnp.asarray(mode.s)
     theta = spec.theta_s(s_hat, ref)
@@ -242,7 +245,8 @@ def wide_signed(spec, mode, ref) -> dict:
         i = names.index(p.name)
         # the plain parameter is a function of its own coordinate only
         dth = jax.grad(lambda v, i=i, p=p: p.from_unconstrained(v))(s_hat[i])
-        sd = float(abs(dth) * math.sqrt(max(float(mode.cov[i, i]), 0.0)))
+        sd = (float(abs(dth) * math.sqrt(max(float(mode.cov[i, i]), 0.0)))
+              if mode.hessian_ok else 0.0)
         size = max(abs(float(theta[p.name])), sd)
         span = (p.upper - p.lower) if math.isfinite(p.upper - p.lower) else p.init[1] - p.init[0]
         if size > 0 and math.isfinite(size) and span >= SIGNED_WIDE * max(size, 1.0):
