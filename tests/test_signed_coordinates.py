@@ -93,3 +93,21 @@ def test_the_bounds_of_an_asinh_sampled_coefficient_are_soft(table):
         assert just_out == pytest.approx(inside, abs=0.05)
         theta = spec.theta_s(jnp.asarray(s), data["ref"])
         assert float(spec.soft_bounds(theta)) == pytest.approx(-0.5, rel=1e-6)  # 0.5 past: -0.5
+
+
+def test_a_mode_whose_hessian_is_not_positive_definite_still_finds_the_wide_coefficient(table):
+    """ScaleBench data_constrained sl_7's ``C`` in (-1e13, 1e13) sits near 115: on its own
+    coordinate its curvature is 1e25 beside about 1 on the others, beyond what float64 resolves,
+    so the mode's Hessian is not positive definite. That parameter is the one to move to the
+    asinh scale: its size is then ``|value|``, not the Laplace sd the Hessian cannot give."""
+    from bayes_scaling.bayes.coordinates import wide_signed
+    from bayes_scaling.bayes.modes import Mode
+
+    spec = B.make_spec(LAW, coordinates=None)
+    ref = B.data_pytree(spec, table)["ref"]
+    s = np.asarray(spec.s({**TRUE, "sigma": 0.01}, ref))
+    d = len(s)
+    bad = Mode(s, 0.0, np.eye(d), np.eye(d), 0.0, hessian_ok=False)
+    assert wide_signed(spec, bad, ref) == {"c": pytest.approx(TRUE["c"])}
+    good = Mode(s, 0.0, np.eye(d) * 1e-12, np.eye(d) * 1e-6, 0.0, hessian_ok=True)
+    assert set(wide_signed(spec, good, ref)) == {"c"}
