@@ -62,6 +62,20 @@ def test_the_values_are_an_exact_change_of_variables(table):
             float(spec.log_joint(to_u(s), data) + jac), rel=1e-9, abs=1e-9)
 
 
+def _product(p, x):
+    return p["a"] * (1.0 + p["b"] * x["N"] ** -0.3)
+
+
+def _product_law_table():
+    """A law multiplying two signed coefficients (affine in each, not in both), on 16 rows."""
+    law = Law(name="product_test_law",
+              params=(Param("a", -1e3, 1e3, (-5.0, 5.0)), Param("b", -1e4, 1e4, (-50.0, 50.0))),
+              variables=("N",), fn=_product)
+    df = simulate(law, pd.DataFrame({"N": np.geomspace(1e6, 1e9, 16)}), {"a": 1.5, "b": 20.0},
+                  noise=0.01, seed=1).drop(columns="clean")
+    return law, df
+
+
 def test_only_the_coefficients_the_law_is_affine_in_are_taken(table):
     """c0 and c1 enter affinely (alpha and beta, bounded below by 0, are not candidates); the
     rows chosen keep G invertible. Of a law multiplying two signed coefficients, only the first
@@ -75,14 +89,7 @@ def test_only_the_coefficients_the_law_is_affine_in_are_taken(table):
                   + np.asarray(pts["S"]) ** -TRUE["beta"]], 1)
     assert abs(np.linalg.det(G)) > 0.05  # two distinct points far apart in the second term
 
-    def product(p, x):
-        return p["a"] * (1.0 + p["b"] * x["N"] ** -0.3)
-
-    law = Law(name="product_test_law",
-              params=(Param("a", -1e3, 1e3, (-5.0, 5.0)), Param("b", -1e4, 1e4, (-50.0, 50.0))),
-              variables=("N",), fn=product)
-    df = simulate(law, pd.DataFrame({"N": np.geomspace(1e6, 1e9, 16)}), {"a": 1.5, "b": 20.0},
-                  noise=0.01, seed=1).drop(columns="clean")
+    law, df = _product_law_table()
     post = quiet_posterior(law, df, method="laplace", seed=0)
     assert [b.params for b in post.spec.blocks if b.name == "linear"] == [("a",)]
     assert [b.name for b in post.spec.blocks] == ["signed_b", "linear"]  # b: wide, not affine
@@ -122,15 +129,7 @@ def test_the_sampled_density_has_a_finite_hessian_inside_soft_bounds(table):
     and the chains were whitened by the identity (ScaleBench data_constrained sl_6, sl_1, sl_9:
     over 1200 s). Checked for a coefficient sampled as the law's values (c0, c1) and one on
     the asinh scale (b), at the posterior mode and at a point away from it."""
-
-    def product(p, x):
-        return p["a"] * (1.0 + p["b"] * x["N"] ** -0.3)
-
-    law = Law(name="product_hessian_test_law",
-              params=(Param("a", -1e3, 1e3, (-5.0, 5.0)), Param("b", -1e4, 1e4, (-50.0, 50.0))),
-              variables=("N",), fn=product)
-    df = simulate(law, pd.DataFrame({"N": np.geomspace(1e6, 1e9, 16)}), {"a": 1.5, "b": 20.0},
-                  noise=0.01, seed=1).drop(columns="clean")
+    law, df = _product_law_table()
     for lw, tb, blocks in ((LAW, table, ["linear"]), (law, df, ["signed_b", "linear"])):
         post = quiet_posterior(lw, tb, method="laplace", seed=0)
         assert [b.name for b in post.spec.blocks] == blocks
