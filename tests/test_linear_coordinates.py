@@ -62,6 +62,15 @@ def test_the_values_are_an_exact_change_of_variables(table):
             float(spec.log_joint(to_u(s), data) + jac), rel=1e-9, abs=1e-9)
 
 
+@pytest.fixture(scope="module")
+def laplace_posteriors(table):
+    """The default Laplace posteriors of LAW on ``table`` and of the product law on its table,
+    with their tables (two tests read each)."""
+    law, df = _product_law_table()
+    return {"shared": (LAW, table, quiet_posterior(LAW, table, method="laplace", seed=0)),
+            "product": (law, df, quiet_posterior(law, df, method="laplace", seed=0))}
+
+
 def _product(p, x):
     return p["a"] * (1.0 + p["b"] * x["N"] ** -0.3)
 
@@ -76,11 +85,11 @@ def _product_law_table():
     return law, df
 
 
-def test_only_the_coefficients_the_law_is_affine_in_are_taken(table):
+def test_only_the_coefficients_the_law_is_affine_in_are_taken(table, laplace_posteriors):
     """c0 and c1 enter affinely (alpha and beta, bounded below by 0, are not candidates); the
     rows chosen keep G invertible. Of a law multiplying two signed coefficients, only the first
     is taken: it is affine in each, not in both."""
-    post = quiet_posterior(LAW, table, method="laplace", seed=0)
+    post = laplace_posteriors["shared"][2]
     assert post.settings["coordinates"] == ["linear"]
     block = post.spec.blocks[0]
     assert block.params == ("c0", "c1")
@@ -89,8 +98,7 @@ def test_only_the_coefficients_the_law_is_affine_in_are_taken(table):
                   + np.asarray(pts["S"]) ** -TRUE["beta"]], 1)
     assert abs(np.linalg.det(G)) > 0.05  # two distinct points far apart in the second term
 
-    law, df = _product_law_table()
-    post = quiet_posterior(law, df, method="laplace", seed=0)
+    post = laplace_posteriors["product"][2]
     assert [b.params for b in post.spec.blocks if b.name == "linear"] == [("a",)]
     assert [b.name for b in post.spec.blocks] == ["signed_b", "linear"]  # b: wide, not affine
 
@@ -121,7 +129,7 @@ def test_a_lone_offset_is_sampled_as_the_laws_value_at_one_row():
         assert lo < v < hi, (k, lo, hi)
 
 
-def test_the_sampled_density_has_a_finite_hessian_inside_soft_bounds(table):
+def test_the_sampled_density_has_a_finite_hessian_inside_soft_bounds(laplace_posteriors):
     """Newton and the Laplace fit read the Hessian of the sampled density. The soft bound of a
     signed parameter (its penalty in log |theta| past either bound) was written with
     ``log(max(-v, 1e-300))`` for the far side: zero with a zero gradient, but a second
@@ -129,9 +137,8 @@ def test_the_sampled_density_has_a_finite_hessian_inside_soft_bounds(table):
     and the chains were whitened by the identity (ScaleBench data_constrained sl_6, sl_1, sl_9:
     over 1200 s). Checked for a coefficient sampled as the law's values (c0, c1) and one on
     the asinh scale (b), at the posterior mode and at a point away from it."""
-    law, df = _product_law_table()
-    for lw, tb, blocks in ((LAW, table, ["linear"]), (law, df, ["signed_b", "linear"])):
-        post = quiet_posterior(lw, tb, method="laplace", seed=0)
+    for key, blocks in (("shared", ["linear"]), ("product", ["signed_b", "linear"])):
+        lw, tb, post = laplace_posteriors[key]
         assert [b.name for b in post.spec.blocks] == blocks
         data = B.data_pytree(post.spec, tb)
         s_hat = np.asarray(post.spec.s({k: float(np.median(post.draws(k)))
