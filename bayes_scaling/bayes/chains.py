@@ -14,6 +14,11 @@ from .modes import Basins, basin_log_masses, modes_from
 MIN_MODE_WEIGHT = 1e-3
 
 
+def _log_density(spec, data):
+    """The sampled log density of a batch of points (rows), as a numpy array."""
+    return lambda x: np.asarray(log_joint_batch(spec)(jnp.asarray(x), data))
+
+
 def weigh_modes(spec, data, vdf, runs, modes, rng, diags, sides=None, side_of=None):
     """Diagnose each mode's chains within the mode, drop modes one of whose chains ended in
     another mode's basin (the two are one basin: a chain fell from one into the other), weight
@@ -46,7 +51,7 @@ def weigh_modes(spec, data, vdf, runs, modes, rng, diags, sides=None, side_of=No
         del keep[j]
     weights = np.ones(1)
     while len(keep) > 1:
-        log_z, _ = basin_log_masses(lambda x: log_joint_batch(spec)(jnp.asarray(x), data),
+        log_z, _ = basin_log_masses(_log_density(spec, data),
                                     [runs[k][0].reshape(-1, d) for k in keep], rng,
                                     **by_side(keep))
         weights = np.exp(log_z - np.logaddexp.reduce(log_z))
@@ -73,7 +78,7 @@ def modes_of_split_chains(spec, data, modes, runs, diags, per_group=50):
         for group in diag["chain_groups"]:
             x = s[group].reshape(-1, s.shape[-1])
             x = x[np.linspace(0, len(x) - 1, min(per_group, len(x))).astype(int)]
-            lp = np.asarray(log_joint_batch(spec)(jnp.asarray(x), data))
+            lp = _log_density(spec, data)(x)
             if np.any(np.isfinite(lp)):
                 starts.append(x[int(np.nanargmax(np.where(np.isfinite(lp), lp, -np.inf)))])
     if len(starts) == len(modes):
@@ -101,7 +106,7 @@ def drop_light_groups(spec, data, runs, diags, check, rng):
         groups = diag.get("chain_groups", [])
         if diag["ok"] or len(groups) < 2:
             continue
-        log_z, _ = basin_log_masses(lambda x: log_joint_batch(spec)(jnp.asarray(x), data),
+        log_z, _ = basin_log_masses(_log_density(spec, data),
                                     [s[g].reshape(-1, d) for g in groups], rng)
         w = np.exp(log_z - np.logaddexp.reduce(log_z))
         light = [j for j in range(len(groups)) if not w[j] >= MIN_MODE_WEIGHT]
