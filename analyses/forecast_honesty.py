@@ -286,9 +286,18 @@ def interval_version() -> str:
     return h.hexdigest()[:10]
 
 
+#: Version of the posterior engine the ``before`` and ``after`` predictives were computed with.
+#: Raised when a change of the engine moves posteriors (``e2``: the sampled density's Hessian is
+#: finite for laws with a soft-bounded signed coefficient, and a bounded value keeps its precision
+#: next to its bounds; before, such laws' Laplace fits had unit curvature).
+ENGINE_TAG = "e2"
+
+
 def cache_dir(variant: str, method: str) -> Path:
     tag = ("v1" if variant == "before" else "x1" if variant.startswith("expansion")
            else "b1" if variant in BASELINE_VARIANTS else interval_version())
+    if variant in ("before", "after"):
+        tag = f"{tag}-{ENGINE_TAG}"
     return CACHE / method / f"{variant}-{tag}"
 
 
