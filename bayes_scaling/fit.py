@@ -31,6 +31,7 @@ from .laws import Law
 from .laws import get as get_law
 from .objective import data_hash, huber_objective, log_residuals, penalty
 from .params import ParamSpace, pad_rows
+from .programs import Programs
 
 # --------------------------------------------------------------------------------------------------
 # The problem: free parameters <-> unconstrained vector, and the objective on it.
@@ -115,8 +116,17 @@ def lbfgs_multistart(f: Callable, u0, args=(), *, max_iter=2000, gtol=1e-10, fto
 STARTS_IN_LOCKSTEP = False
 
 
-@functools.lru_cache(maxsize=256)
+_RUNNERS = Programs(8, "L-BFGS runners")
+
+
 def _compiled_runner(f, max_iter, gtol, ftol, patience, memory_size, lockstep):
+    """The compiled multi-start L-BFGS of objective ``f`` (kept for the most recent ones)."""
+    return _RUNNERS.get((f, max_iter, gtol, ftol, patience, memory_size, lockstep),
+                        lambda: _build_runner(f, max_iter, gtol, ftol, patience, memory_size,
+                                              lockstep))
+
+
+def _build_runner(f, max_iter, gtol, ftol, patience, memory_size, lockstep):
     opt = optax.lbfgs(
         memory_size=memory_size,
         linesearch=optax.scale_by_zoom_linesearch(max_linesearch_steps=40, initial_guess_strategy="one"),

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 import numpyro
 
+from ..programs import Programs
 from .distributions import HUBER_C, OnUnconstrained
 from .likelihood import STUDENT_DF, Observation
 from .priors import prior_given, prior_order
@@ -54,14 +55,15 @@ def numpyro_model(spec: Spec):
     return model
 
 
-_CACHE: dict = {}
+#: the compiled densities and samplers of the most recently used models (``bayes_scaling.programs``:
+#: a process that fits many laws frees the programs of the laws it no longer uses)
+_CACHE = Programs(64, "models")
 
 
 def cached(kind, spec: Spec, build):
-    key = (kind, spec.key())
-    if key not in _CACHE:
-        _CACHE[key] = (build(), spec.priors)  # keep the priors alive: their ids are in the key
-    return _CACHE[key][0]
+    """``build()`` (a compiled function of ``spec``'s model), kept per ``(kind, spec.key())``."""
+    # the priors are kept alive with the entry: the key holds their ids
+    return _CACHE.get((kind, spec.key()), build, pin=spec.priors)
 
 
 def map_objective(spec: Spec):

@@ -13,6 +13,7 @@ import pandas as pd
 from .. import data as _data
 from ..errors import BayesScalingError, ConvergenceError, ConvergenceWarning
 from ..laws import Law
+from ..programs import Programs
 from .expansion import Expansion, expansion_scale
 from .intervals import (
     FittedRange,
@@ -465,14 +466,12 @@ def _json_default(o):
     return str(o)
 
 
-_VMAPPED: dict = {}
+_VMAPPED = Programs(8, "vmapped laws")
 
 
 def _vmapped_law(law: Law):
     key = (law.name, law.fn, tuple(sorted(law.column_map.items())))
-    if key not in _VMAPPED:
-        _VMAPPED[key] = jax.jit(jax.vmap(law.fn, in_axes=(0, None)))
-    return _VMAPPED[key]
+    return _VMAPPED.get(key, lambda: jax.jit(jax.vmap(law.fn, in_axes=(0, None))))
 
 
 def _forecast_inputs(law: Law, df):

@@ -22,6 +22,7 @@ import pandas as pd
 from ..errors import BayesScalingError, DataError
 from ..laws import Law
 from ..laws import get as get_law
+from ..programs import Programs
 from .distributions import HUBER_C
 from .likelihood import LIKELIHOODS, STUDENT_DF, standard_noise
 
@@ -143,14 +144,13 @@ class ParamDraws:
                           self.c, self.student_df, self.data_range)
 
 
-_JIT_CACHE: dict = {}
+_JIT_CACHE = Programs(8, "law values")
 
 
 def _jit_fn(fn):
     """jit(params {name: (S,)}, x {var: array}) -> fn with every parameter as an (S, 1) column."""
-    if fn not in _JIT_CACHE:
-        _JIT_CACHE[fn] = jax.jit(lambda p, x: fn({k: v[:, None] for k, v in p.items()}, x))
-    return _JIT_CACHE[fn]
+    return _JIT_CACHE.get(fn, lambda: jax.jit(
+        lambda p, x: fn({k: v[:, None] for k, v in p.items()}, x)))
 
 
 def as_draws(obj, max_draws: int | None = None) -> ParamDraws:

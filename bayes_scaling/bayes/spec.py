@@ -3,7 +3,6 @@ its densities, and the table as the arrays they read.
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Mapping
@@ -17,6 +16,7 @@ import numpyro.distributions as dist
 from ..errors import BayesScalingError
 from ..laws import Law, get as get_law
 from ..params import ParamSpace, pad_rows
+from ..programs import Programs
 from .coordinates import choose_blocks
 from .distributions import FLAT_PRIORS, HUBER_C, log_abs_det_jacobian
 from .likelihood import STUDENT_DF, check_likelihood, log_likelihood
@@ -331,8 +331,11 @@ def data_pytree(spec: Spec, df: pd.DataFrame, pad: bool = True, ref: dict | None
             "scale": jnp.asarray(spec.scale if spec.scale is not None else 1.0, jnp.float64)}
 
 
-@functools.lru_cache(maxsize=256)
+_REFERENCES = Programs(8, "coordinate references")
+
+
 def _references(blocks: tuple):
     """``f(x)``: the blocks' reference points of the inputs ``x``, one compiled program per
     blocks and table shape (computed eagerly, every operation would be a program of its own)."""
-    return jax.jit(lambda x: {b.name: b.reference(x) for b in blocks})
+    return _REFERENCES.get(blocks, lambda: jax.jit(
+        lambda x: {b.name: b.reference(x) for b in blocks}))

@@ -29,19 +29,18 @@ from ..errors import DataError
 from ..fit import lbfgs_multistart
 from ..params import pad_rows
 from ..laws import Law
+from ..programs import Programs
 
 
 def per_law(build):
     """Cache ``build(law)`` per law function and parameter specs (a :class:`Law` holds dicts, so it
-    is not hashable itself): one compiled program per law, reused by every refit."""
-    cache = {}
+    is not hashable itself): one compiled program per law, reused by every refit (the most
+    recently used laws' only, ``bayes_scaling.programs``)."""
+    cache = Programs(8, build.__name__)
 
     @functools.wraps(build)
     def get(law: Law):
-        key = (law.fn, law.params)
-        if key not in cache:
-            cache[key] = build(law)
-        return cache[key]
+        return cache.get((law.fn, law.params), lambda: build(law))
 
     return get
 

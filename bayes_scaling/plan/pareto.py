@@ -30,6 +30,7 @@ import pandas as pd
 from ..bayes.predictive import ParamDraws, as_draws, law_inputs, order_statistic
 from ..errors import BayesScalingError
 from ..laws import Law
+from ..programs import Programs
 from ..laws import get as get_law
 from .recipe import pattern_search, recipe_columns, search_box
 
@@ -63,7 +64,7 @@ def helper_law(law="he_dual", name=None) -> Law:
     return base.renamed(name or f"{base.name}_helper", **mapping)
 
 
-_JIT: dict = {}
+_JIT = Programs(8, "pareto laws")
 
 
 def _losses(draws: ParamDraws, cols: dict, where: str) -> jnp.ndarray:
@@ -73,7 +74,7 @@ def _losses(draws: ParamDraws, cols: dict, where: str) -> jnp.ndarray:
                        "(r_helper, r_f_helper, D_helper)")
     shape = np.broadcast_shapes(*(np.shape(v) for v in x.values()))
     p = {k: jnp.asarray(v).reshape((-1,) + (1,) * len(shape)) for k, v in draws.params.items()}
-    fn = _JIT.setdefault(draws.law.fn, jax.jit(draws.law.fn))
+    fn = _JIT.get(draws.law.fn, lambda: jax.jit(draws.law.fn))
     return fn(p, {k: jnp.broadcast_to(jnp.asarray(v, float), shape) for k, v in x.items()})
 
 

@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..errors import BayesScalingError
 from ..laws import Law
+from ..programs import Programs
 from ..bayes.predictive import ParamDraws, as_draws, law_inputs
 from .result import json_default
 
@@ -82,7 +83,7 @@ def _recipe_inputs(law: Law, cols):
                       fix="use a law on those columns, e.g. 'm3' or 'chinchilla_m3'")
 
 
-_RECIPE_FNS: dict = {}
+_RECIPE_FNS = Programs(8, "recipes")
 
 
 def _recipe_fn(law: Law, approach: str, mean_over_draws: bool):
@@ -90,7 +91,8 @@ def _recipe_fn(law: Law, approach: str, mean_over_draws: bool):
     outside the bounds."""
     key = (law.fn, tuple(sorted(law.column_map.items())), tuple(law.variables), approach,
            mean_over_draws)
-    if key not in _RECIPE_FNS:
+
+    def build():
         def f(params, C, D_T, u, m_lo, m_hi, k_lo=0.0, k_hi=jnp.inf, r_lo=0.0, r_hi=1.0):
             cols = recipe_columns(u, approach, C, D_T)
             if mean_over_draws:  # params (S, 1, 1) against (1, P): expected loss over draws
@@ -106,8 +108,9 @@ def _recipe_fn(law: Law, approach: str, mean_over_draws: bool):
             L = jnp.where(bad, jnp.inf, L)
             return jnp.mean(L, axis=0) if mean_over_draws else L
 
-        _RECIPE_FNS[key] = jax.jit(f)
-    return _RECIPE_FNS[key]
+        return jax.jit(f)
+
+    return _RECIPE_FNS.get(key, build)
 
 
 def _grid_local_minima(f, g0, d, n_starts):

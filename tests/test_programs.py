@@ -1,0 +1,93 @@
+"""The package keeps a bounded number of compiled programs in memory (``bayes_scaling.programs``):
+a process that fits many laws must not accumulate the programs of every law it ever fitted (each
+holds memory maps; past ``vm.max_map_count`` the compiler fails)."""
+import gc
+import weakref
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import bayes_scaling as bs
+from bayes_scaling import programs
+from bayes_scaling.bayes import model
+from bayes_scaling.programs import Programs
+
+
+def _jitted(scale):
+    return jax.jit(lambda x: scale * jnp.sin(x))
+
+
+def test_the_least_recently_used_program_is_dropped_and_freed():
+    cache = Programs(2, "test")
+    built = []
+
+    def build(k):
+        def f():
+            built.append(k)
+            return _jitted(k)
+        return f
+
+    a = cache.get("a", build(1.0))
+    ref_a = weakref.ref(a)
+    assert float(a(jnp.asarray(0.5))) == pytest.approx(np.sin(0.5))
+    cache.get("b", build(2.0))
+    assert cache.get("a", build(9.0)) is a  # a hit: not rebuilt, and now the most recent
+    cache.get("c", build(3.0))  # drops "b", the least recently used
+    assert "b" not in cache and "a" in cache and len(cache) == 2
+    del a
+    cache.get("d", build(4.0))  # drops "a"
+    gc.collect()
+    assert ref_a() is None, "a dropped program is still referenced: its memory is never freed"
+    again = cache.get("a", build(5.0))
+    assert float(again(jnp.asarray(0.5))) == pytest.approx(5.0 * np.sin(0.5))
+    assert built == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_a_bad_size_is_refused():
+    with pytest.raises(ValueError, match="maxsize"):
+        Programs(0)
+
+
+def test_fitting_many_laws_keeps_at_most_the_bound(monkeypatch):
+    """Fits of more distinct models than the model cache holds leave it at its bound, and the
+    earliest model's compiled density is freed."""
+    monkeypatch.setattr(model, "_CACHE", Programs(3, "models"))
+    rng = np.random.default_rng(0)
+    N = np.geomspace(1e7, 1e9, 12)
+    D = 20 * N
+    df = {"N": N, "D": D, "loss": 1.7 + 400 * N ** -0.34 + 400 * D ** -0.28
+          + 0.01 * rng.normal(size=12)}
+    import pandas as pd
+
+    df = pd.DataFrame(df)
+    truth = {"A": 400.0, "B": 400.0, "E": 1.7, "alpha": 0.34, "beta": 0.28, "sigma": 0.01}
+    first = None
+    for k, fixed in enumerate([{"E": 1.7}, {"alpha": 0.34}, {"beta": 0.28}, {"A": 400.0},
+                               {"B": 400.0}]):
+        spec = bs.bayes.spec.make_spec(bs.laws.get("chinchilla"), fixed=fixed)
+        fn = model.log_joint_batch(spec)
+        if first is None:
+            first = weakref.ref(fn)
+        data = bs.bayes.spec.data_pytree(spec, spec.space.validate(df))
+        theta = {k: jnp.asarray(v) for k, v in truth.items() if k not in fixed}
+        s = jnp.stack([spec.s(theta, data["ref"])] * 2)
+        assert np.all(np.isfinite(np.asarray(fn(s, data))))
+        del fn
+        assert len(model._CACHE) <= 3
+    gc.collect()
+    assert first() is None
+
+
+def test_past_the_share_of_the_map_limit_every_program_is_dropped(monkeypatch):
+    cache = Programs(10, "test")
+    cache.get("kept", lambda: _jitted(1.0))
+    monkeypatch.setattr(programs, "map_count", lambda: (40_000, 65_530))  # 61% of the limit
+    monkeypatch.setattr(programs, "_built", [programs.CHECK_EVERY - 1])  # the next build checks
+    cache.get("new", lambda: _jitted(2.0))
+    assert "kept" not in cache and len(cache) == 1  # cleared, then the new one kept
+    monkeypatch.setattr(programs, "map_count", lambda: (10_000, 65_530))
+    monkeypatch.setattr(programs, "_built", [programs.CHECK_EVERY - 1])
+    cache.get("third", lambda: _jitted(3.0))
+    assert "new" in cache and "third" in cache
