@@ -92,25 +92,33 @@ def test_divergences_ask_for_a_smaller_step_after_a_longer_warmup():
     assert again["num_warmup"] == nuts.LADDER_MAX_WARMUP * 1000
 
 
-def test_ess_alone_asks_for_the_draws_its_ess_per_draw_implies():
-    # 250 effective draws of the 400 needed: 1.25 * 1.6 = 2x the draws
+def test_ess_alone_runs_the_chains_on_for_the_draws_its_ess_per_draw_implies():
+    # 250 effective draws of the 400 needed: 1.25 * 1.6 = 2x the draws, the same chains run on
     action, why, new = nuts.next_attempt(_diag(min_ess_tail=250.0, worst_ess_tail="alpha"),
                                          FIRST, FIRST, 2000)
-    assert action == "more draws" and "alpha" in why and "2.0x" in why
+    assert action == nuts.CONTINUE and "alpha" in why and "2.0x" in why
     assert new["num_samples"] == 2000 and new["num_warmup"] == 1000
     # 100 of 400: 5x, rounded up to 8x, but at most LADDER_MAX_DRAWS_STEP (4x) in one retry
     _, _, new = nuts.next_attempt(_diag(min_ess_tail=100.0), FIRST, FIRST, 2000)
     assert new["num_samples"] == nuts.LADDER_MAX_DRAWS_STEP * 1000 == 4000
-    # with less budget left, the largest affordable power of two
+    # running on costs only the new draws: 3000 fit in the 4000 left of the 16000 budget
     _, _, new = nuts.next_attempt(_diag(min_ess_tail=100.0), FIRST, FIRST, 12000)
+    assert new["num_samples"] == 4000
+    # with less budget left, the largest affordable power of two
+    _, _, new = nuts.next_attempt(_diag(min_ess_tail=100.0), FIRST, FIRST, 14000)
     assert new["num_samples"] == 2000
     # none affordable: no attempt, and the reason says so
-    action, why, new = nuts.next_attempt(_diag(min_ess_tail=100.0), FIRST, FIRST, 14000)
+    action, why, new = nuts.next_attempt(_diag(min_ess_tail=100.0), FIRST, FIRST, 15500)
     assert action is None and new is None and "budget" in why
 
 
 def test_rhat_asks_for_a_longer_run_and_a_split_for_a_restart():
+    # chains that nearly agree are run on; chains far apart get a new, longer run
     action, why, new = nuts.next_attempt(_diag(max_rhat=1.03, worst_rhat="beta"), FIRST, FIRST,
+                                         2000)
+    assert action == nuts.CONTINUE and "beta" in why
+    assert new["num_warmup"] == 1000 and new["num_samples"] == 2000
+    action, why, new = nuts.next_attempt(_diag(max_rhat=1.08, worst_rhat="beta"), FIRST, FIRST,
                                          2000)
     assert action == "longer run" and "beta" in why
     assert new["num_warmup"] == 2000 and new["num_samples"] == 2000
@@ -120,7 +128,7 @@ def test_rhat_asks_for_a_longer_run_and_a_split_for_a_restart():
     assert new["num_warmup"] == 2000
     # a later retry short of ESS: more draws only (R-hat's excess then is as likely noise)
     longer = dict(FIRST, num_warmup=2000, num_samples=2000)
-    _, _, new = nuts.next_attempt(_diag(max_rhat=1.02, min_ess_bulk=300.0), longer, FIRST, 6000)
+    _, _, new = nuts.next_attempt(_diag(max_rhat=1.07, min_ess_bulk=300.0), longer, FIRST, 6000)
     assert new["num_warmup"] == 2000 and new["num_samples"] == 4000
     assert nuts.next_attempt(_diag(max_rhat=float("nan")), FIRST, FIRST, 2000)[0] is None
 
@@ -162,15 +170,16 @@ def test_a_run_short_of_ess_is_rescued_and_recorded(rescued):
     assert first["action"] == "first" and not first["ok"]
     assert min(first["min_ess_bulk"], first["min_ess_tail"]) < 200  # 2 chains x 100
     assert retries and retries[-1]["ok"] and post.ok
-    assert all(a["settings"]["whitened_by"] == "the previous attempt's draws" for a in retries)
+    for a in retries:  # run on in the same coordinates, or a new run whitened by the draws
+        assert (a["settings"]["whitened_by"] == "the previous attempt's draws"
+                or a["action"] == nuts.CONTINUE), a
     last = retries[-1]["settings"]
     assert last["num_samples"] > SHORT["num_samples"]
     assert post.idata.posterior.sizes["draw"] == last["num_samples"]
     assert any("attempt 2" in n for n in post.diagnostics["notes"])
     assert not any("not tried again" in n for n in post.diagnostics["notes"])  # it passed
     # within the budget, and the rescued draws cover the parameters the table came from
-    cost = sum(a["settings"]["num_warmup"] + a["settings"]["num_samples"]
-               for a in post.diagnostics["attempts"])
+    cost = sum(a["iterations"] for a in post.diagnostics["attempts"])
     assert cost <= nuts.LADDER_COST_CAP * (SHORT["num_warmup"] + SHORT["num_samples"])
     for k, v in TRUE.items():
         lo, hi = np.quantile(post.draws(k), [0.005, 0.995])
@@ -195,7 +204,7 @@ def test_a_parameter_no_ladder_can_rescue_is_refused_with_the_attempts_listed(ta
     attempts = post.diagnostics["attempts"]
     assert not post.ok and len(attempts) >= 2 and not any(a["ok"] for a in attempts)
     assert "k" in nuts.failing_params(post.diagnostics)
-    cost = sum(a["settings"]["num_warmup"] + a["settings"]["num_samples"] for a in attempts)
+    cost = sum(a["iterations"] for a in attempts)
     assert cost <= nuts.LADDER_COST_CAP * (kw["num_warmup"] + kw["num_samples"])
     message = str(rec[0].message)
     assert all(f"attempt {a['attempt']}" in message for a in attempts)
@@ -206,3 +215,29 @@ def test_a_parameter_no_ladder_can_rescue_is_refused_with_the_attempts_listed(ta
 def test_retries_must_be_a_count(table):
     with pytest.raises(bs.errors.BayesScalingError, match="retries must be an integer >= 0"):
         bs.fit_posterior(POWER, table, retries=-1)
+
+
+def test_chains_run_on_keep_their_draws_adaptation_and_state(table):
+    """``continue_nuts``: the first run's draws unchanged, then ``more`` draws per chain from the
+    same adapted kernel (the step size the warm-up ended with, no new warm-up)."""
+    from bayes_scaling.bayes.modes import find_modes, map_stage
+    from bayes_scaling.bayes.spec import data_pytree, make_spec
+
+    spec = make_spec(POWER)
+    data = data_pytree(spec, spec.space.validate(table))
+    _, _, _, (u_ok, v_ok) = map_stage(spec, data, 8, 0, 500)
+    mode = find_modes(spec, data, u_ok, v_ok)[0]
+    kw = dict(num_chains=2, num_warmup=300, num_samples=200, chain_method="vectorized",
+              dense_mass=True, target_accept=0.9, max_tree_depth=8, progress_bar=False)
+    z0 = np.zeros((2, len(spec.sampled)))
+    first = nuts.run_nuts(spec, data, mode.s, mode.chol, z0, seed=0, **kw)
+    s, extra = nuts.continue_nuts(spec, data, first, 300, seed=1, **kw)
+    assert s.shape == (2, 500, len(spec.sampled))
+    np.testing.assert_array_equal(s[:, :200], first[0])
+    step = extra["adapt_state.step_size"]
+    np.testing.assert_allclose(step[:, 200:], step[:, 199:200] * np.ones((1, 300)))
+    assert not np.array_equal(s[:, 200], s[:, 199])  # the chains moved on from their last state
+    # the draws after the continuation agree with the first ones (the same posterior)
+    a, b = s[:, :200].reshape(-1, s.shape[-1]), s[:, 200:].reshape(-1, s.shape[-1])
+    assert np.all(np.abs(a.mean(0) - b.mean(0)) < 0.5 * a.std(0) + 1e-12)
+    assert nuts.RESUME in extra and extra["diverging"].shape == (2, 500)

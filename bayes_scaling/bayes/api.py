@@ -20,9 +20,9 @@ from .distributions import FlatPrior, HUBER_C
 from .likelihood import STUDENT_DF
 from .model import pointwise_batch, recoord_batch, theta_s_batch
 from .modes import find_modes, map_stage, refine_mode, sample_laplace
-from .nuts import (LADDER_RETRIES, RHAT_MAX, chain_groups, combine_diagnostics,
-                   draws_whitening, mixture_draws, next_attempt,
-                   nuts_diagnostics, run_modes, run_nuts, warn_diagnostics)
+from .nuts import (CONTINUE, LADDER_RETRIES, RESUME, RHAT_MAX, chain_groups,
+                   combine_diagnostics, continue_nuts, draws_whitening, mixture_draws,
+                   next_attempt, nuts_diagnostics, run_modes, run_nuts, warn_diagnostics)
 from .posterior import Posterior
 from .priors import AtReference, log_scale, prior_loc_scale
 from .spec import data_pytree, make_spec
@@ -338,9 +338,10 @@ def _escalate(models, first, vdf, rng, seed, nuts_kw, retries, whitened_by, star
     """The escalation ladder: retry each run that fails its checks, at most ``retries`` times
     within the cost cap, each retry chosen by :func:`~.nuts.next_attempt` from what failed
     (divergences: a smaller step after a longer warm-up; chains split into groups: a restart
-    from the pooled draws after a longer warm-up; R-hat or ESS: a longer run), started at
-    draws of the previous attempt and whitened by their covariance
-    (:func:`~.nuts.draws_whitening`). ``first[k]`` is mode ``k``'s first run and its seconds;
+    from the pooled draws after a longer warm-up; R-hat or ESS: a longer run). A new run starts
+    at draws of the previous attempt and is whitened by their covariance
+    (:func:`~.nuts.draws_whitening`); chains that nearly agree are run on instead
+    (:func:`~.nuts.continue_nuts`). ``first[k]`` is mode ``k``'s first run and its seconds;
     ``models[k]`` the ``(spec, data)`` it is sampled in.
 
     Returns ``(runs, diagnostics, attempts, notes)``: the last run of each mode and its
@@ -354,32 +355,47 @@ def _escalate(models, first, vdf, rng, seed, nuts_kw, retries, whitened_by, star
                                depth)
 
         kw, spent = dict(nuts_kw), nuts_kw["num_warmup"] + nuts_kw["num_samples"]
+        basis = whitened_by  # what the current run's coordinates are whitened by
         diag = check(run)
-        attempts.append(_attempt(k, 1, "first", "", kw, whitened_by, start, diag, secs))
+        attempts.append(_attempt(k, 1, "first", "", kw, whitened_by, start, diag, secs, spent))
         for i in range(retries):
             if diag["ok"]:
                 break
             action, why, new = next_attempt(diag, kw, nuts_kw, spent)
-            white = draws_whitening(*run, C, rng) if action is not None else None
-            if action is not None and white is None:
+            go_on = action == CONTINUE
+            white = (draws_whitening(*run, C, rng) if action is not None and not go_on
+                     else None)
+            if action is not None and not go_on and white is None:
                 why = ("the draws are not finite or their covariance is singular: they cannot "
                        "whiten a retry")
-            if white is None:
+            if white is None and not go_on:
                 notes.append(f"mode {k} (of those found) failed its checks and was not tried "
                              f"again: {why}")
                 break
             t1 = time.perf_counter()
-            run = run_nuts(spec_k, data_k, *white, seed=seed + 7919 * (i + 1) + k, **new)
-            kw, spent = new, spent + new["num_warmup"] + new["num_samples"]
+            step_seed = seed + 7919 * (i + 1) + k
+            if go_on:  # the same coordinates: ``basis`` stays
+                more = new["num_samples"] - kw["num_samples"]
+                run = continue_nuts(spec_k, data_k, run, more, seed=step_seed, **new)
+                cost = more
+                how = (f"{more} more draws per chain, {new['num_samples']} in all, its warm-up "
+                       "and whitening kept")
+                started = "where the previous attempt's chains stopped"
+            else:
+                run = run_nuts(spec_k, data_k, *white, seed=step_seed, **new)
+                cost = new["num_warmup"] + new["num_samples"]
+                how = (f"{new['num_warmup']} warm-up, {new['num_samples']} draws, target_accept "
+                       f"{new['target_accept']:.6g}, whitened by the previous draws")
+                basis, started = ("the previous attempt's draws",
+                                  "draws of the previous attempt")
+            kw, spent = new, spent + cost
             diag = check(run)
-            attempts.append(_attempt(k, i + 2, action, why, kw, "the previous attempt's draws",
-                                     "draws of the previous attempt", diag,
-                                     time.perf_counter() - t1))
-            notes.append(f"mode {k} (of those found): {why}; attempt {i + 2}, {action} "
-                         f"({kw['num_warmup']} warm-up, {kw['num_samples']} draws, target_accept "
-                         f"{kw['target_accept']:.6g}, whitened by the previous draws): "
+            attempts.append(_attempt(k, i + 2, action, why, kw, basis, started, diag,
+                                     time.perf_counter() - t1, cost))
+            notes.append(f"mode {k} (of those found): {why}; attempt {i + 2}, {action} ({how}): "
                          + ("passed its checks" if diag["ok"] else
                             "failed: " + "; ".join(diag["failed"][:3])))
+        run[1].pop(RESUME, None)
         runs.append(run)
         diags.append(diag)
     return runs, diags, attempts, notes
@@ -401,13 +417,16 @@ def _attempts_summary(attempts, retries):
             "every mode passed its own checks; the mixture did not")
 
 
-def _attempt(mode, number, action, why, kw, whitened_by, start, diag, seconds):
-    """One attempt's record (JSON-ready) for ``post.diagnostics["attempts"]``."""
+def _attempt(mode, number, action, why, kw, whitened_by, start, diag, seconds, iterations):
+    """One attempt's record (JSON-ready) for ``post.diagnostics["attempts"]``: ``num_samples`` is
+    the draws per chain of the run it ends with, ``iterations`` what it cost per chain (warm-up
+    and draws; only the new draws when the chains were run on)."""
     return {
         "mode": int(mode), "attempt": int(number), "action": action, "why": why,
         "settings": {"num_warmup": int(kw["num_warmup"]), "num_samples": int(kw["num_samples"]),
                      "target_accept": float(kw["target_accept"]), "whitened_by": whitened_by,
                      "start": start},
+        "iterations": int(iterations),
         "ok": bool(diag["ok"]), "max_rhat": float(diag["max_rhat"]),
         "min_ess_bulk": float(diag["min_ess_bulk"]), "min_ess_tail": float(diag["min_ess_tail"]),
         "divergences": int(diag["divergences"]), "min_bfmi": float(diag["min_bfmi"]),

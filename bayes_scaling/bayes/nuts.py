@@ -88,21 +88,49 @@ def _vectorized(run_chain):
     return lambda map_args: program(map_args, args, kwargs)
 
 
-def run_nuts(spec, data, center, chol, init_z, *, seed, **kw):
+#: the key of a run's ``extra`` that holds what :func:`continue_nuts` needs (the whitening and the
+#: chains' last states); the ladder removes it before the draws leave it
+RESUME = "resume"
+
+
+def run_nuts(spec, data, center, chol, init_z, *, seed, resume=None, **kw):
+    """NUTS chains in the whitened coordinates ``z = chol^-1 (s - center)`` from ``init_z`` (one
+    row per chain): ``(s, extra)``, the draws ``(chains, draws, d)`` in the sampling coordinates
+    and the sample stats, ``extra[RESUME]`` holding what :func:`continue_nuts` needs. With
+    ``resume`` (a NumPyro state after warm-up), the chains start from it and skip the warm-up."""
     shapes = tuple(np.shape(a) for a in jax.tree_util.tree_leaves(data))
     mcmc = _mcmc(spec, shapes=shapes, **kw)
-    mcmc._warmup_state = None  # a cached object must warm up again on new data
+    mcmc._warmup_state = resume  # None: a cached object must warm up again on new data
     init_z = jnp.asarray(init_z)
     if kw["num_chains"] == 1:  # NumPyro takes one chain's start without the chain axis
         init_z = init_z[0]
-    mcmc.run(jax.random.PRNGKey(seed), data, jnp.asarray(center), jnp.asarray(chol),
-             init_params={"z": init_z},
-             extra_fields=("diverging", "energy", "num_steps", "accept_prob",
-                           "adapt_state.step_size", "potential_energy"))
+    try:
+        mcmc.run(jax.random.PRNGKey(seed), data, jnp.asarray(center), jnp.asarray(chol),
+                 init_params={"z": init_z},
+                 extra_fields=("diverging", "energy", "num_steps", "accept_prob",
+                               "adapt_state.step_size", "potential_energy"))
+    finally:
+        mcmc._warmup_state = None
     z = np.asarray(mcmc.get_samples(group_by_chain=True)["z"])  # (chains, draws, d)
     extra = {k: np.asarray(v) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()}
     s = center + np.einsum("ij,cdj->cdi", chol, z)
+    extra[RESUME] = (np.asarray(center), np.asarray(chol), mcmc.last_state)
     return s, extra
+
+
+def continue_nuts(spec, data, run, more, *, seed, **kw):
+    """``run``'s chains continued for ``more`` draws each, with no new warm-up: the same
+    whitening, step size and mass matrix, each chain from its last state. Returns ``run``'s draws
+    followed by the new ones, shaped as one run of the longer length (what running the chains
+    longer in the first place would have given)."""
+    s0, extra0 = run
+    center, chol, state = extra0[RESUME]
+    z_last = np.asarray(state.z["z"])
+    s1, extra1 = run_nuts(spec, data, center, chol, z_last.reshape(kw["num_chains"], -1),
+                          seed=seed, resume=state, **dict(kw, num_samples=int(more)))
+    extra = {k: np.concatenate([extra0[k], v], 1) for k, v in extra1.items() if k != RESUME}
+    extra[RESUME] = extra1[RESUME]
+    return np.concatenate([s0, s1], 1), extra
 
 
 _MEANING = {
@@ -271,9 +299,12 @@ def run_modes(models, modes, *, whiten, rng, seed, num_chains, **kw):
 # - R-hat or ESS: a longer run. ESS grows in proportion to the draws at a given ESS per draw, so
 #   the draws are multiplied by the power of two that brings the worst ESS 25% above its
 #   threshold (at least 2, at most 4 per retry: the next retry sizes the rest from its own ESS
-#   per draw, which the whitening by the draws may raise). A failing R-hat also doubles the
-#   warm-up, on the first retry or when the ESS suffices; on a later retry with few effective
-#   draws its excess is as likely noise as disagreement, and more draws address both.
+#   per draw). When R-hat is at most ``LADDER_CONTINUE_RHAT`` the chains are run on from where
+#   they stopped (their step size and mass matrix kept, no new warm-up, the draws appended), and
+#   cost only the new draws. Otherwise it is a new run, whitened by the draws; a failing R-hat
+#   then also doubles the warm-up, on the first retry or when the ESS suffices (on a later retry
+#   with few effective draws its excess is as likely noise as disagreement, and more draws
+#   address both).
 #
 # The warm-up grows to at most ``LADDER_MAX_WARMUP`` times the first attempt's, and all the
 # attempts of a run together cost at most ``LADDER_COST_CAP`` times the first (in sampler
@@ -284,6 +315,11 @@ LADDER_MAX_WARMUP = 4
 # at most this many times the draws per retry: the retry's whitening by the draws usually raises
 # the ESS per draw, so a large shortfall is sized again from the retry's own ESS
 LADDER_MAX_DRAWS_STEP = 4
+# R-hat at or below which a run short of R-hat or ESS has its chains run on for more draws
+# (``CONTINUE``: the same chains, step size and mass matrix, no new warm-up) instead of a new run:
+# chains that nearly agree need draws, not a new adaptation
+LADDER_CONTINUE_RHAT = 1.05
+CONTINUE = "the same chains run on"
 
 
 def next_attempt(diag, kw, first, spent):
@@ -313,13 +349,15 @@ def next_attempt(diag, kw, first, spent):
             new.update(num_samples=2 * S)
     elif rhat > RHAT_MAX or ess < need:
         # a high R-hat with few effective draws is as likely noise as disagreement: a longer run
-        # addresses both (twice the warm-up when R-hat fails, draws multiplied as ESS asks)
+        # addresses both. Chains that nearly agree are run on (no new warm-up); otherwise a new
+        # run, with twice the warm-up when R-hat fails, draws multiplied as ESS asks
         factor = 1.25 * need / max(ess, 1.0)
+        go_on = rhat <= LADDER_CONTINUE_RHAT
         reasons = []
         if rhat > RHAT_MAX:
             reasons.append(f"R-hat {rhat:.3f} > {RHAT_MAX} ({diag['worst_rhat']})")
-            if ess >= need or W == first["num_warmup"]:  # else more draws address R-hat's noise
-                new.update(num_warmup=min(2 * W, W_max))
+            if not go_on and (ess >= need or W == first["num_warmup"]):
+                new.update(num_warmup=min(2 * W, W_max))  # else more draws address R-hat's noise
         if ess < need:
             worst = (diag["worst_ess_bulk"] if diag["min_ess_bulk"] <= ess
                      else diag["worst_ess_tail"])
@@ -328,16 +366,17 @@ def next_attempt(diag, kw, first, spent):
                            "draws needed)")
         why = "; ".join(reasons)
         m = min(2 ** int(np.ceil(np.log2(max(factor, 2.0)))), LADDER_MAX_DRAWS_STEP)
-        while m >= 2 and new["num_warmup"] + m * S > budget:
+        while m >= 2 and ((m - 1) * S if go_on else new["num_warmup"] + m * S) > budget:
             m //= 2
         if m < 2:
             return None, why + f": more draws than the budget ({LADDER_COST_CAP:g}x the first " \
                 "attempt's iterations) allows", None
         new.update(num_samples=m * S)
-        action = "longer run" if new["num_warmup"] > W else "more draws"
+        action = (CONTINUE if go_on else "longer run" if new["num_warmup"] > W else "more draws")
     else:
         return None, "no failure a retry addresses", None
-    cost = new["num_warmup"] + new["num_samples"]
+    cost = (new["num_samples"] - S if action == CONTINUE
+            else new["num_warmup"] + new["num_samples"])
     if cost > budget:
         return None, (why + f"; the next attempt ({action}) would exceed the budget "
                       f"({LADDER_COST_CAP:g}x the first attempt's iterations)"), None
