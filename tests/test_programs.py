@@ -7,6 +7,7 @@ import weakref
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 import pytest
 
 import bayes_scaling as bs
@@ -57,11 +58,8 @@ def test_fitting_many_laws_keeps_at_most_the_bound(monkeypatch):
     rng = np.random.default_rng(0)
     N = np.geomspace(1e7, 1e9, 12)
     D = 20 * N
-    df = {"N": N, "D": D, "loss": 1.7 + 400 * N ** -0.34 + 400 * D ** -0.28
-          + 0.01 * rng.normal(size=12)}
-    import pandas as pd
-
-    df = pd.DataFrame(df)
+    df = pd.DataFrame({"N": N, "D": D, "loss": 1.7 + 400 * N ** -0.34 + 400 * D ** -0.28
+                       + 0.01 * rng.normal(size=12)})
     truth = {"A": 400.0, "B": 400.0, "E": 1.7, "alpha": 0.34, "beta": 0.28, "sigma": 0.01}
     first = None
     for k, fixed in enumerate([{"E": 1.7}, {"alpha": 0.34}, {"beta": 0.28}, {"A": 400.0},
