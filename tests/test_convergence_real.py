@@ -22,6 +22,7 @@ from numpyro.distributions import constraints
 
 import bayes_scaling as bs
 from bayes_scaling.bayes.modes import basin_log_masses
+from conftest import quiet_posterior
 from bayes_scaling.laws import Coordinates, Law, Param
 from bayes_scaling.laws.ptpp import SidedCoordinates
 
@@ -235,3 +236,28 @@ def test_form3_on_the_bible_ptpp_target_rows_converges_with_defaults(ptpps):
         warnings.simplefilter("ignore", bs.MultimodalWarning)
         post = bs.fit_posterior("ptpp_gated_floor", df, progress_bar=False)
     _converged_in_every_mode(post)
+
+
+def test_a_floor_seen_at_two_stages_is_centred_at_the_smaller_one():
+    """Form 1 (a floor ``F / PTPP^eta``) on the PTPP paper's target rows at PTPP 15 and 31: the
+    data pin the floor at both stages, so along the ridge of ``eta`` its value at PTPP 31 falls
+    as ``exp(-eta log(31/15))`` while at PTPP 15 it tends to the pinned difference. Centred at
+    the centre row's PTPP 31, seed 1 diverged at every target acceptance the ladder tried (4
+    attempts, refused); the level block moves its centre to PTPP 15, and the chains pass. The
+    centre of Epoch's Chinchilla table (sizes of many values) stays where it is."""
+    from bayes_scaling.bayes.coordinates import level_pivot
+    from bayes_scaling.bayes.modes import find_modes, map_stage
+    from bayes_scaling.bayes.spec import data_pytree, make_spec
+
+    df = bs.datasets.load("bible_ptpp").query("domain == 'target' and D > 0 and ptpp in (15, 31)")
+    post = quiet_posterior("ptpp_floor", df, seed=1, progress_bar=False)
+    assert post.settings["coordinates"] == ["level (ptpp at its min)"]
+    _converged_in_every_mode(post)
+    assert len(post.diagnostics["attempts"]) <= 2, post.diagnostics["attempts"]
+
+    epoch = bs.datasets.load("chinchilla_epoch").query("epoch_kept")
+    spec = make_spec(bs.laws.get("chinchilla"))
+    data = data_pytree(spec, spec.space.validate(epoch))
+    *_, (u_ok, v_ok) = map_stage(spec, data, 8, 0, 1000)
+    mode = find_modes(spec, data, u_ok, v_ok)[0]
+    assert mode.hessian_ok and level_pivot(spec, mode, data, "nuts") is None

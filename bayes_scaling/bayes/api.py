@@ -15,7 +15,7 @@ from ..checks import check_fit_options
 from ..errors import BayesScalingError, MultimodalWarning
 from ..objective import data_hash
 from .chains import drop_light_groups, modes_of_split_chains, weigh_modes
-from .coordinates import linear_block, signed_blocks
+from .coordinates import level_pivot, linear_block, signed_blocks
 from .distributions import FlatPrior, HUBER_C
 from .likelihood import STUDENT_DF
 from .model import pointwise_batch, recoord_batch, theta_s_batch
@@ -504,18 +504,22 @@ def _inference_data(spec, data, vdf, s, extra, loglik=True):
 
 def _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw, method):
     """Let each coordinate block with a ``switch`` look at the top mode and swap itself for
-    coordinates that suit this table better, sample the signed coefficients the law is affine in
+    coordinates that suit this table better, move the level block's centre where its terms are
+    best determined (:func:`~.coordinates.level_pivot`), sample the signed coefficients the law is affine in
     as its values at some rows (:func:`~.coordinates.linear_block`) and other wide signed
     parameters on an asinh scale (:func:`~.coordinates.signed_blocks`); modes are searched again
     in the new ones."""
     top = modes[0]
     ref = data["ref"]
     blocks, changed = [], False
+    pivot = level_pivot(spec, top, data, method)
     for b in spec.blocks:
         alt = None
         if b.switch is not None and top.hessian_ok:
             alt = b.switch(lambda sv: spec.theta_s(sv, ref), jnp.asarray(top.s), top.cov,
                            ref[b.name], method)
+        elif b.name.startswith("level"):
+            alt = pivot
         blocks.append(alt if alt is not None else b)
         changed |= alt is not None
     linear = linear_block(spec, top, data)

@@ -67,7 +67,7 @@ def _affine_parts(law, coefs, others, x):
 _LEVEL_BLOCKS: dict = {}
 
 
-def level_coordinates(coefs=("E",)) -> Coordinates:
+def level_coordinates(coefs=("E",), at=()) -> Coordinates:
     """Sample the law's level at the centre of the table and the shares of its linear terms.
 
     For parameters ``c_1..c_J`` that enter the law linearly, ``f = sum_j c_j g_j(x) + h(x)``
@@ -87,14 +87,20 @@ def level_coordinates(coefs=("E",)) -> Coordinates:
     term solved from the others, a wall where it reaches 0. Here the level is one coordinate, the
     split is a smooth log-ratio, and the coefficient of each power term moves with its exponent
     (``log c_j = log T_j - log g_j(x0)``), which also centres the power terms.
+
+    ``at``: ``((variable, "min" | "max"), ...)`` moves ``x0``'s value of those variables to the
+    table's smallest or largest (:func:`level_pivot` chooses them at the posterior mode).
     """
-    coefs = tuple(coefs)
-    if coefs in _LEVEL_BLOCKS:
-        return _LEVEL_BLOCKS[coefs]
+    coefs, at = tuple(coefs), tuple(at)
+    if (coefs, at) in _LEVEL_BLOCKS:
+        return _LEVEL_BLOCKS[coefs, at]
     share_names = tuple(f"share_{c}" for c in coefs[1:])
 
     def ref(x):
-        return {"x": _centre_row(x)}
+        row = _centre_row(x)
+        for v, side in at:
+            row[v] = (jnp.min(x[v]) if side == "min" else jnp.max(x[v]))[None]
+        return {"x": row}
 
     def split(r, law, others):
         # f is linear in the coefficients, f = h + g . c at the centre row
@@ -125,10 +131,81 @@ def level_coordinates(coefs=("E",)) -> Coordinates:
     coords = (Param("log_level", init=(-1.0, 3.0), doc="log of the law at the centre"),) + tuple(
         Param(n, init=(-5.0, 5.0), doc=f"log {n[6:]}-term / {coefs[0]}-term at the centre")
         for n in share_names)
-    block = Coordinates("level", coefs, coords, to_params, from_params, ref,
+    name = "level" + "".join(f" ({v} at its {side})" for v, side in at)
+    block = Coordinates(name, coefs, coords, to_params, from_params, ref,
                         level_coordinates.__doc__, uses_law=True, with_log_det=with_log_det)
-    _LEVEL_BLOCKS[coefs] = block
+    _LEVEL_BLOCKS[coefs, at] = block
     return block
+
+
+# A variable is a candidate pivot of the level block when the table holds 2 to this many distinct
+# values of it (training stages, parallelism degrees, epochs): a power term in it has its exponent
+# pinned by a few differences only. And the pivot moves when the product of the block's
+# coordinates' Laplace variances falls to at most this share of the centre's.
+PIVOT_DISTINCT = 4
+PIVOT_GAIN = 0.5
+
+
+def level_pivot(spec, mode, data, method) -> Coordinates | None:
+    """The level block (:func:`level_coordinates`) with ``x0`` moved to the smallest or largest
+    value of a variable the table holds at a few values only, when that makes its coordinates
+    better determined at the mode, or ``None`` (NUTS only; Laplace keeps its coordinates).
+
+    Why: with a floor ``F / PTPP^eta`` fitted on two PTPP stages, the data pin the floor's values
+    at both, so along the ridge of ``eta`` its value at the centre row's stage (the larger one,
+    say) falls as ``exp(-eta log(31/15))``: a curve that bends more the larger ``eta``, in the
+    ``log eta`` NUTS samples, where it diverges. At the smaller stage the floor's value tends to
+    the pinned difference and the ridge is straight. Generally: the coordinates of a term are
+    best centred where the term is best determined (for a term of many values, the centre of the
+    table; :func:`power_coordinates`). The criterion is the product of the Laplace variances of
+    the block's coordinates (``log_level`` and the shares; a sum of logs, so a share the data pin
+    tightly counts as much as a wide one), the diagonal of ``J C J^T`` with ``C`` the mode's
+    covariance in the current sampling coordinates and ``J`` the Jacobian of the block's
+    coordinates at each candidate ``x0``; candidates are taken one variable at a time, greedily."""
+    blocks = [b for b in spec.blocks if b.name.startswith("level")]
+    if method != "nuts" or not blocks or not mode.hessian_ok:
+        return None
+    block = blocks[0]
+    n = int(np.sum(np.asarray(data["w"]) > 0))
+    x = {k: np.asarray(v)[:n] for k, v in data["x"].items()}
+    few = [v for v in sorted(x) if 2 <= len(np.unique(x[v])) <= PIVOT_DISTINCT]
+    if not few:
+        return None
+    coefs = block.params
+    ref = data["ref"]
+    law = spec.law
+
+    def coords_at(s, row):
+        full = {k: v for k, v in spec.space.full_params(spec.theta_s(s, ref), data["fixed"]).items()
+                if k != "sigma"}
+        others = {k: v for k, v in full.items() if k not in coefs}
+        c = block.from_params({k: full[k] for k in coefs}, {"x": row}, law, others)
+        return jnp.stack([c[p.name] for p in block.coords])
+
+    jac = jax.jit(jax.vmap(jax.jacfwd(coords_at), in_axes=(None, 0)))
+    row0 = {k: np.asarray(v) for k, v in ref[block.name]["x"].items()}
+    cov = np.asarray(mode.cov)
+
+    def scores(rows):
+        J = np.asarray(jac(jnp.asarray(mode.s), {k: jnp.asarray(np.stack(rows[k]))
+                                                  for k in rows}))
+        var = np.einsum("kij,jl,kil->ki", J, cov, J)
+        with np.errstate(all="ignore"):
+            out = np.sum(np.log(var), axis=1)
+        return np.where(np.isfinite(out), out, np.inf)
+
+    at, best = (), None
+    for v in few:
+        rows = {k: [row0[k]] * 3 for k in row0}
+        rows[v] = [row0[v], x[v].min()[None], x[v].max()[None]]
+        sc = scores(rows)
+        best = sc[0] if best is None else best
+        k = int(np.argmin(sc))
+        if k and sc[k] <= best + math.log(PIVOT_GAIN):
+            at += ((v, ("min", "max")[k - 1]),)
+            row0 = {**row0, v: rows[v][k]}
+            best = sc[k]
+    return level_coordinates(coefs, at) if at else None
 
 
 def choose_blocks(law: Law, free: tuple, fixed: dict, coordinates="auto", level=None) -> tuple:

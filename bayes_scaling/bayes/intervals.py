@@ -274,16 +274,17 @@ def rehearsal_spec(post):
     return post.settings["_rehearsal_spec"]
 
 
-def _laplace_log_draws(spec, starts, train, test, seed, ref=None):
+def _laplace_log_draws(spec, starts, train, test, seed, ref=None, pad=True):
     """Log predictive draws ``(S, m)`` at ``test`` of the Laplace posterior fitted on ``train``:
     damped Newton from ``starts`` (the full table's modes, ``{name: (k,)}``) to the inner table's
     mode, then Gaussian draws in the sampling coordinates, as ``fit_posterior(method="laplace")``.
     When no finite mode is reached from ``starts``, the inner mode is searched from
     :data:`MAP_STARTS` random starts (the multi-start MAP of a fit). ``ref``: the coordinates'
-    reference points (:func:`~bayes_scaling.bayes.spec.data_pytree`), by default ``train``'s own.
+    reference points (:func:`~bayes_scaling.bayes.spec.data_pytree`), by default ``train``'s own;
+    ``pad``: the rows ``train`` is padded to (``data_pytree``'s ``pad``).
     """
     law = spec.law
-    data = data_pytree(spec, spec.space.validate(train), ref=ref)
+    data = data_pytree(spec, spec.space.validate(train), pad=pad, ref=ref)
     u0 = np.atleast_2d(np.asarray(spec.u(starts)))
     try:
         top = find_modes(spec, data, u0, np.arange(len(u0), dtype=float))[0]
@@ -344,6 +345,9 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
     # points are not compiled and computed again for every inner table's size; computed at the
     # first cut (a table too small for any cut is never fitted, nor validated as a fit's table)
     ref = None
+    # and padded to the full table's rows: the inner fits run the programs the posterior's own
+    # fit compiled (one trace of the density's Hessian fewer per process)
+    bucket = row_bucket(len(table))
     cols, F, _ = _unit(table, table, columns)
     t = F @ np.array([direction.get(c, 0.0) for c in cols])
     lo, hi = t.min(), t.max()
@@ -361,7 +365,8 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
                 warnings.simplefilter("ignore")
                 if ref is None and spec.blocks:
                     ref = data_pytree(spec, spec.space.validate(table))["ref"]
-                y = _laplace_log_draws(spec, starts, train, test, seed=len(seen), ref=ref)
+                y = _laplace_log_draws(spec, starts, train, test, seed=len(seen), ref=ref,
+                                       pad=bucket)
         except FitError:
             failed.append(q)
             continue

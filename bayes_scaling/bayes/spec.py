@@ -309,14 +309,15 @@ def make_spec(law, *, priors=None, likelihood="huber", fixed=None, scale=None, c
                 blocks)
 
 
-def data_pytree(spec: Spec, df: pd.DataFrame, pad: bool = True, ref: dict | None = None):
+def data_pytree(spec: Spec, df: pd.DataFrame, pad: bool | int = True, ref: dict | None = None):
     """The table as the arrays every compiled density reads.
 
     With ``pad`` the rows are padded to ``row_bucket(n)`` (the next power of two, at least 32)
     with copies of the first row of weight ``w = 0``, which add nothing to any density: fits on
     tables of 100 and 120 rows (held-out splits, anchor refits) then share their compiled
     programs (``bayes_scaling.params.PAD_ROWS = False`` turns it off everywhere, for
-    benchmarks). The blocks' reference points are computed from the real rows only, or taken
+    benchmarks); an integer ``pad`` pads to that many rows instead (another table's bucket, so
+    fits of its subsets run the programs compiled for it). The blocks' reference points are computed from the real rows only, or taken
     from ``ref`` (another table's ``data_pytree(...)["ref"]``: the sampling coordinates centred
     there instead; the posterior is the same, its coordinates are not)."""
     x, y = spec.space.read(df, log=True)
@@ -326,7 +327,15 @@ def data_pytree(spec: Spec, df: pd.DataFrame, pad: bool = True, ref: dict | None
     else:
         ref = _references(spec.blocks)(x) if spec.blocks else {}
     ref["__fixed__"] = fixed
-    x, y, w = pad_rows(x, y, None if pad is not False else len(y))
+    if pad is True:
+        to = None
+    elif pad is False:
+        to = len(y)
+    else:
+        to = int(pad)
+        if to < len(y):
+            raise ValueError(f"pad={to} rows is fewer than the table's {len(y)}")
+    x, y, w = pad_rows(x, y, to)
     return {"x": x, "y": y, "w": w, "fixed": fixed, "ref": ref,
             "scale": jnp.asarray(spec.scale if spec.scale is not None else 1.0, jnp.float64)}
 
