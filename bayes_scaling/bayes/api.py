@@ -505,10 +505,10 @@ def _inference_data(spec, data, vdf, s, extra, loglik=True):
 def _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw, method):
     """Let each coordinate block with a ``switch`` look at the top mode and swap itself for
     coordinates that suit this table better, move the level block's centre where its terms are
-    best determined (:func:`~.coordinates.level_pivot`), sample the signed coefficients the law is affine in
-    as its values at some rows (:func:`~.coordinates.linear_block`) and other wide signed
-    parameters on an asinh scale (:func:`~.coordinates.signed_blocks`); modes are searched again
-    in the new ones."""
+    best determined (:func:`~.coordinates.level_pivot`), sample the signed coefficients the law
+    is affine in as its values at some rows (:func:`~.coordinates.linear_block`) and other wide
+    signed parameters on an asinh scale (:func:`~.coordinates.signed_blocks`); modes are
+    searched again in the new ones."""
     top = modes[0]
     ref = data["ref"]
     blocks, changed = [], False

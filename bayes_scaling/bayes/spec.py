@@ -317,9 +317,10 @@ def data_pytree(spec: Spec, df: pd.DataFrame, pad: bool | int = True, ref: dict 
     tables of 100 and 120 rows (held-out splits, anchor refits) then share their compiled
     programs (``bayes_scaling.params.PAD_ROWS = False`` turns it off everywhere, for
     benchmarks); an integer ``pad`` pads to that many rows instead (another table's bucket, so
-    fits of its subsets run the programs compiled for it). The blocks' reference points are computed from the real rows only, or taken
-    from ``ref`` (another table's ``data_pytree(...)["ref"]``: the sampling coordinates centred
-    there instead; the posterior is the same, its coordinates are not)."""
+    fits of its subsets run the programs compiled for it). The blocks' reference points are
+    computed from the real rows only, or taken from ``ref`` (another table's
+    ``data_pytree(...)["ref"]``: the sampling coordinates centred there instead; the posterior is
+    the same, its coordinates are not)."""
     x, y = spec.space.read(df, log=True)
     fixed = spec.space.fixed_tree()
     if ref is not None:
