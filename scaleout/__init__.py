@@ -18,12 +18,15 @@ neither ``bayes_scaling`` nor ``training``, so both can use it.
 from __future__ import annotations
 
 from .base import (
+    FAST_COMPILE_JAXLIB,
+    FAST_COMPILE_XLA,
     Executor,
     ScaleoutError,
     WorkerDiedError,
     compile_cache_configured,
     compile_cache_env,
     use_compile_cache,
+    use_fast_compile,
     use_user_compile_cache,
     user_cache_dir,
     worker_env,
@@ -32,9 +35,11 @@ from .local import LocalExecutor, SerialExecutor
 
 KINDS = ("serial", "local", "ray")
 
-__all__ = ["KINDS", "Executor", "LocalExecutor", "ScaleoutError", "SerialExecutor",
+__all__ = ["FAST_COMPILE_JAXLIB", "FAST_COMPILE_XLA", "KINDS", "Executor", "LocalExecutor",
+           "ScaleoutError", "SerialExecutor",
            "WorkerDiedError", "add_arguments", "compile_cache_configured", "compile_cache_env",
-           "from_arguments", "get_executor", "use_compile_cache", "use_user_compile_cache",
+           "from_arguments", "get_executor", "use_compile_cache", "use_fast_compile",
+           "use_user_compile_cache",
            "user_cache_dir", "worker_env"]
 
 

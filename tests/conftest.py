@@ -2,9 +2,7 @@ import gc
 import os
 from pathlib import Path
 
-import jaxlib.version
-
-from scaleout import use_compile_cache, worker_env
+from scaleout import use_compile_cache, use_fast_compile, worker_env
 
 # The suite runs as two pytest-xdist workers on two cores: each test process holds its numerical
 # libraries (XLA, BLAS, torch's OpenMP) to one thread, as an executor's one-CPU worker does, so
@@ -12,16 +10,9 @@ from scaleout import use_compile_cache, worker_env
 # compilation-cache key as those of the local and Ray workers and CLI processes it starts.
 #
 # XLA's CPU compiler takes most of the suite's time (compiling, not running, the programs). Its
-# older fusion emitter compiles them about 30% faster; it rounds some operations differently, so
-# a MAP agrees to 12 digits and NUTS draws, whose path follows the last digit, within Monte Carlo
-# error (BENCHMARKS.md, "Test-suite time: XLA's fusion emitter"). XLA aborts on an option it does
-# not know, so it is set only for the jaxlib releases it was measured on.
-FAST_COMPILE_XLA = "--xla_cpu_use_fusion_emitters=false"
-FAST_COMPILE_JAXLIB = ((0, 10),)
-if tuple(jaxlib.version.__version_info__[:2]) in FAST_COMPILE_JAXLIB:
-    _flags = os.environ.get("XLA_FLAGS", "").split()
-    if not any(f.startswith("--xla_cpu_use_fusion_emitters") for f in _flags):
-        os.environ["XLA_FLAGS"] = " ".join([*_flags, FAST_COMPILE_XLA])
+# older fusion emitter compiles them about 30% faster (scaleout.FAST_COMPILE_XLA; the package
+# sets it on import as well, this sets it before anything imports JAX).
+use_fast_compile()
 os.environ.update(worker_env(1))  # before JAX starts: XLA reads its options once
 
 import jax

@@ -28,3 +28,37 @@ def test_chain_devices_asked_for_after_jax_started_leave_xla_flags_as_they_were(
     before, n = os.environ.get("XLA_FLAGS"), jax.local_device_count()
     assert use_chain_devices(n + 2) == n
     assert os.environ.get("XLA_FLAGS") == before
+
+
+def _flags_after_import(env):
+    """``XLA_FLAGS`` and ``bs.fast_compile`` in a new process that imports the package."""
+    code = ("import os, bayes_scaling as bs; "
+            "print(bs.fast_compile, repr(os.environ.get('XLA_FLAGS')))")
+    env = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    fast, flags = out.stdout.strip().split(" ", 1)
+    return fast == "True", eval(flags)
+
+
+def test_the_package_compiles_with_the_faster_emitter_unless_told_otherwise():
+    """On import, before JAX starts: the option is added to the flags already there; a user's own
+    setting of it stands; ``BAYES_SCALING_XLA_DEFAULTS=1`` leaves ``XLA_FLAGS`` alone. In a
+    process whose JAX has started (this one) nothing changes: XLA has read its options."""
+    from scaleout import FAST_COMPILE_JAXLIB, FAST_COMPILE_XLA, use_fast_compile
+    import jaxlib.version
+
+    measured = tuple(jaxlib.version.__version_info__[:2]) in FAST_COMPILE_JAXLIB
+    base = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false", "BAYES_SCALING_XLA_DEFAULTS": None}
+    fast, flags = _flags_after_import(base)
+    assert fast == measured
+    assert flags.split() == ["--xla_cpu_multi_thread_eigen=false"] + [FAST_COMPILE_XLA] * measured
+
+    own = "--xla_cpu_use_fusion_emitters=true"
+    assert _flags_after_import({**base, "XLA_FLAGS": own}) == (False, own)
+    assert _flags_after_import({**base, "BAYES_SCALING_XLA_DEFAULTS": "1"}) == (
+        False, "--xla_cpu_multi_thread_eigen=false")
+
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    assert use_fast_compile(environ=env) is False
+    assert env == {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
