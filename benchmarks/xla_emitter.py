@@ -57,7 +57,10 @@ def main() -> None:
         for cmd, args in COMMANDS.items():
             for setting, flag in SETTINGS.items():
                 cache = Path(tempfile.mkdtemp(prefix="cache-", dir=work))
-                env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+                # the parent's own settings (its import gave it a compilation cache and the
+                # emitter option through the environment) are not the children's
+                env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS" and not
+                       k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))}
                 env.update(XDG_CACHE_HOME=str(cache), BAYES_SCALING_XLA_DEFAULTS=flag)
                 times[cmd, setting, "cold"].append(timed(args, env, work))
                 times[cmd, setting, "warm"].append(timed(args, env, work))
