@@ -343,11 +343,9 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
     # every inner fit in coordinates centred on the full table (a reparameterisation: the inner
     # posterior is the same; its Laplace fit is taken in these coordinates), so the reference
     # points are not compiled and computed again for every inner table's size; computed at the
-    # first cut (a table too small for any cut is never fitted, nor validated as a fit's table)
-    ref = None
-    # and padded to the full table's rows: the inner fits run the programs the posterior's own
-    # fit compiled (one trace of the density's Hessian fewer per process)
-    bucket = row_bucket(len(table))
+    # first cut (a table too small for any cut is never fitted, nor validated as a fit's table);
+    # padded to the full table's rows, so they run the programs the posterior's own fit compiled
+    ref, bucket = None, row_bucket(len(table))
     cols, F, _ = _unit(table, table, columns)
     t = F @ np.array([direction.get(c, 0.0) for c in cols])
     lo, hi = t.min(), t.max()
