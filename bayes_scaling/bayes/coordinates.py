@@ -19,6 +19,7 @@ import scipy.linalg
 
 from ..errors import BayesScalingError
 from ..laws import Coordinates, Law, Param
+from ..programs import Programs
 
 
 def power_coordinates(coef="A", exponent="alpha", variable="N") -> Coordinates:
@@ -171,24 +172,14 @@ def level_pivot(spec, mode, data, method) -> Coordinates | None:
     few = [v for v in sorted(x) if 2 <= len(np.unique(x[v])) <= PIVOT_DISTINCT]
     if not few:
         return None
-    coefs = block.params
     ref = data["ref"]
-    law = spec.law
-
-    def coords_at(s, row):
-        full = {k: v for k, v in spec.space.full_params(spec.theta_s(s, ref), data["fixed"]).items()
-                if k != "sigma"}
-        others = {k: v for k, v in full.items() if k not in coefs}
-        c = block.from_params({k: full[k] for k in coefs}, {"x": row}, law, others)
-        return jnp.stack([c[p.name] for p in block.coords])
-
-    jac = jax.jit(jax.vmap(jax.jacfwd(coords_at), in_axes=(None, 0)))
+    jac = _PIVOT_JACOBIANS.get(spec.key(), lambda: _pivot_jacobian(spec, block))
     row0 = {k: np.asarray(v) for k, v in ref[block.name]["x"].items()}
     cov = np.asarray(mode.cov)
 
     def scores(rows):
-        J = np.asarray(jac(jnp.asarray(mode.s), {k: jnp.asarray(np.stack(rows[k]))
-                                                  for k in rows}))
+        J = np.asarray(jac(jnp.asarray(mode.s), {k: jnp.asarray(np.stack(rows[k])) for k in rows},
+                           ref, data["fixed"]))
         var = np.einsum("kij,jl,kil->ki", J, cov, J)
         with np.errstate(all="ignore"):
             out = np.sum(np.log(var), axis=1)
@@ -205,7 +196,26 @@ def level_pivot(spec, mode, data, method) -> Coordinates | None:
             at += ((v, ("min", "max")[k - 1]),)
             row0 = {**row0, v: rows[v][k]}
             best = sc[k]
-    return level_coordinates(coefs, at) if at else None
+    return level_coordinates(block.params, at) if at else None
+
+
+_PIVOT_JACOBIANS = Programs(8, "level pivot Jacobians")
+
+
+def _pivot_jacobian(spec, block):
+    """``J(s, rows, ref, fixed)``: the Jacobian of ``block``'s coordinates at each of ``rows``
+    (taken as ``x0``) with respect to ``spec``'s sampling vector ``s``; one program per model,
+    the table's references and fixed values its arguments."""
+    coefs, law = block.params, spec.law
+
+    def coords_at(s, row, ref, fixed):
+        full = {k: v for k, v in spec.space.full_params(spec.theta_s(s, ref), fixed).items()
+                if k != "sigma"}
+        others = {k: v for k, v in full.items() if k not in coefs}
+        c = block.from_params({k: full[k] for k in coefs}, {"x": row}, law, others)
+        return jnp.stack([c[p.name] for p in block.coords])
+
+    return jax.jit(jax.vmap(jax.jacfwd(coords_at), in_axes=(None, 0, None, None)))
 
 
 def choose_blocks(law: Law, free: tuple, fixed: dict, coordinates="auto", level=None) -> tuple:
