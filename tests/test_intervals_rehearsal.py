@@ -48,3 +48,29 @@ def test_the_log_evidence_picks_the_prior_scale_the_tables_were_drawn_with():
     assert small["log_evidence"] == 0.0
     np.testing.assert_allclose(np.dot(small["w"], small["tau"]), 0.02 * np.sqrt(2 / np.pi),
                                rtol=0.05)
+
+
+def test_an_inner_fit_padded_to_the_full_tables_rows_is_the_same_fit():
+    """The rehearsal pads each inner table to the full table's row count (rows of weight 0), so
+    it runs the programs the posterior's own fit compiled: the inner fit's predictive draws are
+    those of the inner table padded to its own size."""
+    import bayes_scaling as bs
+    from bayes_scaling.bayes.intervals import _laplace_log_draws
+    from bayes_scaling.bayes.spec import make_spec
+    from bayes_scaling.params import row_bucket
+    from conftest import simulate
+
+    N = np.repeat(np.geomspace(1e7, 1e9, 16), 5)
+    D = N * np.tile([5.0, 10.0, 20.0, 40.0, 80.0], 16)
+    table = simulate("chinchilla", pd.DataFrame({"N": N, "D": D}), noise=0.01, seed=4)
+    spec = make_spec(bs.laws.get("chinchilla"))
+    fit = bs.fit_map("chinchilla", table, delta=1e-3)
+    starts = {n: np.array([float(fit.params[n]) if n in fit.params else 0.01])
+              for n in spec.names}
+    inner, outer = table[table["N"] < 1.5e8], table[table["N"] >= 1.5e8]
+    assert row_bucket(len(inner)) < row_bucket(len(table))
+    own = _laplace_log_draws(spec, starts, inner, outer, seed=0)
+    padded = _laplace_log_draws(spec, starts, inner, outer, seed=0,
+                                pad=row_bucket(len(table)))
+    assert own.shape == padded.shape == (len(own), len(outer))
+    np.testing.assert_allclose(padded, own, rtol=0, atol=1e-8)
