@@ -11,7 +11,7 @@ from scaleout import use_compile_cache, use_fast_compile, worker_env
 #
 # XLA's CPU compiler takes most of the suite's time (compiling, not running, the programs). Its
 # older fusion emitter compiles them about 30% faster (scaleout.FAST_COMPILE_XLA; the package
-# sets it on import as well, this sets it before anything imports JAX).
+# sets it on import as well; here it is set before JAX starts, with the one-thread options).
 use_fast_compile()
 os.environ.update(worker_env(1))  # before JAX starts: XLA reads its options once
 
