@@ -84,6 +84,12 @@ def map_objective(spec: Spec):
     return cached("map", spec, build)
 
 
+def map_objective_batch(spec: Spec):
+    """:func:`map_objective` of a batch of points ``(k, n_free)``, compiled."""
+    return cached("map_batch", spec, lambda: jax.jit(jax.vmap(map_objective(spec),
+                                                               in_axes=(0, None))))
+
+
 def log_joint_batch(spec: Spec):
     return cached("lj", spec, lambda: jax.jit(jax.vmap(
         lambda s, data: spec.log_joint_s(s, data), in_axes=(0, None))))

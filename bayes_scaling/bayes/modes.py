@@ -17,7 +17,7 @@ from ..errors import FitError
 from ..fit import lbfgs_multistart
 from .distributions import HUBER_C
 from .likelihood import STUDENT_DF
-from .model import cached, log_joint_batch, map_objective, to_s_batch
+from .model import cached, log_joint_batch, map_objective, map_objective_batch, to_s_batch
 from .spec import Spec, data_pytree, make_spec
 
 
@@ -59,15 +59,43 @@ def laplace(spec, data, s) -> Mode:
     return Mode(np.asarray(s), lj, cov, chol, log_mass, ok)
 
 
+# at most this many batches of candidate starts are drawn by map_stage's screen
+SCREEN = 8
+
+
+def screened_inits(spec, args, n_starts, seed):
+    """``n_starts`` initial values from the init ranges where the posterior density is finite.
+
+    A start where it is not finite (a law with signed coefficients drawn from wide bounds often
+    predicts a negative loss at some row) cannot move, so L-BFGS wastes it. Candidates are drawn
+    in batches of ``n_starts`` (``sample_inits``: the first batch is the plain draw of ``seed``,
+    batch ``k`` that of ``[seed, k]``) until ``n_starts`` have a finite density or ``SCREEN``
+    batches were drawn; the first finite ones are kept, in draw order, so they are as spread as
+    the ranges are, and a table where every start is finite keeps the plain draw. When too few
+    are finite, non-finite ones fill the count."""
+    f = map_objective_batch(spec)
+    kept, spare = [], []
+    for k in range(SCREEN):
+        cand = spec.space.sample_inits(n_starts, seed if k == 0 else [seed, k])
+        ok = np.isfinite(np.asarray(f(jnp.asarray(np.asarray(spec.space.u(jnp.asarray(cand)))),
+                                      args)))
+        kept += list(cand[ok])
+        spare += list(cand[~ok])
+        if len(kept) >= n_starts:
+            break
+    return np.stack((kept + spare)[:n_starts])
+
+
 def map_stage(spec, data, n_starts, seed, max_iter, inits=None):
-    """Multi-start L-BFGS for the MAP in natural coordinates (the same optimiser as ``fit_map``)."""
+    """Multi-start L-BFGS for the MAP in natural coordinates (the same optimiser as ``fit_map``)
+    from ``inits`` or from :func:`screened_inits`."""
+    n = float(np.sum(data["w"]))
+    args = {"data": data, "n": jnp.asarray(n)}
     if inits is None:
-        theta0 = spec.space.sample_inits(n_starts, seed)
+        theta0 = screened_inits(spec, args, n_starts, seed)
     else:
         theta0 = np.atleast_2d(np.asarray(inits, float))
     u0 = np.asarray(spec.space.u(jnp.asarray(theta0)))
-    n = float(np.sum(data["w"]))
-    args = {"data": data, "n": jnp.asarray(n)}
     u_map, v_map, it_map, g_map = lbfgs_multistart(map_objective(spec), u0, args,
                                                    max_iter=max_iter)
     finite = np.isfinite(v_map) & np.all(np.isfinite(u_map), 1)
