@@ -289,8 +289,9 @@ def interval_version() -> str:
 #: Version of the posterior engine the ``before`` and ``after`` predictives were computed with.
 #: Raised when a change of the engine moves posteriors (``e2``: the sampled density's Hessian is
 #: finite for laws with a soft-bounded signed coefficient, and a bounded value keeps its precision
-#: next to its bounds; before, such laws' Laplace fits had unit curvature).
-ENGINE_TAG = "e2"
+#: next to its bounds; before, such laws' Laplace fits had unit curvature; ``e3``: the MAP stage
+#: starts only where the density is finite, ``bs.bayes.modes.screened_inits``).
+ENGINE_TAG = "e3"
 
 
 def cache_dir(variant: str, method: str) -> Path:
