@@ -1369,6 +1369,42 @@ def per_dataset(units, method) -> str:
     return text
 
 
+def distances(units, method) -> str:
+    """How far each dataset's held-out rows extrapolate, in the fitted table's widths (the unit
+    of the default discrepancy, docs/forecasting.md) and in decades beyond the fitted box, and the
+    fitted-noise predictive's log error there (``before``'s median): which unit of distance makes
+    the error per unit alike across tables."""
+    from bayes_scaling.bayes import intervals as iv
+
+    frames = []
+    for u in units:
+        f = cache_dir("before", method) / f"{u.slug}.csv"
+        if u.skip or not f.exists():
+            continue
+        rows, law = pd.read_csv(f), resolve_law(u.law)
+        cols = [c for c in iv.input_columns(law) if c in u.train]
+        d_rel, _ = iv.extrapolation(u.train, u.test, cols)
+        excess = np.zeros(len(u.test))
+        for c in cols:
+            v = np.log10(u.train[c].to_numpy(float))
+            lo, hi = v.min(), v.max()
+            t = np.log10(u.test[c].to_numpy(float))
+            excess += (np.maximum(t - hi, 0) + np.maximum(lo - t, 0)) ** 2
+        frames.append(pd.DataFrame({"dataset": u.dataset, "err": np.log(rows["y"] / rows["median"]),
+                                    "d_rel": d_rel, "d_dec": np.sqrt(excess)}))
+    r = pd.concat(frames)
+    r = r[r["d_rel"] > 0]
+    lines = ["| dataset | rows | rms log error | median distance (widths) | median distance "
+             "(decades beyond the box) | error per width | error per decade |",
+             "|---|---|---|---|---|---|---|"]
+    for ds, g in r.groupby("dataset"):
+        rms = float(np.sqrt(np.mean(g["err"] ** 2)))
+        w, dec = float(g["d_rel"].median()), float(g["d_dec"].median())
+        lines.append(f"| {ds} | {len(g)} | {rms:.3f} | {w:.2f} | {dec:.2f} | {rms / w:.3f} | "
+                     + (f"{rms / dec:.3f} |" if dec > 0 else "- (inside the box) |"))
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one split per dataset")
@@ -1384,6 +1420,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", help="datasets to run (e.g. epoch bible_m3); "
                     "'simulated': the benchmark on tables from a known law")
     ap.add_argument("--summary", action="store_true", help="tables and figures from the cache")
+    ap.add_argument("--distances", action="store_true",
+                    help="the held-out rows' distances (fitted widths, decades) and the "
+                    "fitted-noise log error per unit of each, per dataset, from the cache")
     ap.add_argument("--seeds", type=int, default=SIM_SEEDS, help="replicates per simulated case")
     a = ap.parse_args(argv)
     t0 = time.time()
@@ -1404,6 +1443,9 @@ def main(argv=None) -> int:
     executor = scaleout.from_arguments(a)
     if a.only:
         units = [u for u in units if u.dataset.split("/")[0] in a.only]
+    if a.distances:
+        print(distances(units, method))
+        return 0
     if not a.summary and not a.per_dataset:
         run(units, variants, method, executor)
     if a.per_dataset or all(v in BASELINE_VARIANTS for v in variants):
