@@ -23,7 +23,8 @@ import numpy as np
 import pandas as pd
 
 from .bayes.expansion import expansion_scale
-from .bayes.intervals import extrapolation, fitted_table, input_columns, signature_grid
+from .bayes.intervals import (FittedRange, extrapolation, fitted_table, grid_distance,
+                              input_columns, signature_grid)
 from .bayes.posterior import Posterior, extrapolation_distance
 from .bayes.predictive import ParamDraws, as_draws, predict_draws
 from .design.acquisition import best_rule, greedy_importance, greedy_linear, greedy_refit
@@ -326,10 +327,13 @@ def _rehearsed_moments(post, tables):
             "discrepancy": "expansion",
             "discrepancy_sd_queries": float(np.sqrt(np.mean(np.diag(H)[:n_q]))),
             "discrepancy_basis": ex.describe(scale)}
+    decades = None
     if mode == "auto":
         parts = [extrapolation(fitted, t, columns) for t in tables]
         d = np.concatenate([p[0] for p in parts])
         sigs = np.concatenate([p[1] for p in parts])
+        fr = FittedRange(fitted, columns)
+        decades = np.concatenate([fr.decades(t) for t in tables])
     else:
         tau = 0.0 if mode == "off" else float(mode)
         d = np.concatenate([extrapolation_distance(post, t) for t in tables])
@@ -344,7 +348,8 @@ def _rehearsed_moments(post, tables):
             g = signature_grid(post, sig)
         wt, tau_g, p_g, mu_g, mu_sd = (np.asarray(g[k], float)
                                        for k in ("w", "tau", "p", "mu", "mu_sd"))
-        dp = d[rows][None, :] ** p_g[:, None]  # (grid points, rows)
+        dist = d[rows] if decades is None else grid_distance(g, d[rows], decades[rows])
+        dp = dist[None, :] ** p_g[:, None]  # (grid points, rows)
         s, m = tau_g[:, None] * dp, mu_g[:, None] * dp
         mean_s[rows], mean_m[rows] = wt @ s, wt @ m
         shift = (mu_g ** 2 + mu_sd ** 2)[:, None] * dp

@@ -26,7 +26,6 @@ residuals correct the table's rows and give the correlation of the rows a cut ho
 """
 from __future__ import annotations
 
-import functools
 import math
 import re
 import warnings
@@ -34,19 +33,20 @@ import warnings
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
-from scipy.spatial import ConvexHull, QhullError
 
 from ..errors import FitError
 from ..params import row_bucket
+from .extrapolation import FittedRange, _unit, extrapolation, fitted_table, input_columns
 from .model import theta_s_batch
 from .modes import find_modes, map_stage
-from .predictive import ParamDraws, as_draws, idata_group
+from .predictive import ParamDraws, as_draws
 from .spec import data_pytree, make_spec
 
 __all__ = ["CUTS", "INTERVAL_VERSION", "MU_SCALE", "NULL_REPLICATES", "POWERS", "TAU_GRID",
            "TAU_SCALE", "WIDTH_POWERS", "FittedRange", "calibrate_rows", "directions",
            "grid_terms", "log_evidence",
-           "extrapolation", "fitted_table", "input_columns", "null_statistics", "rehearsal_rows",
+           "extrapolation", "fitted_table", "grid_distance", "input_columns", "null_statistics",
+           "rehearsal_rows",
            "rehearsal_spec", "rehearse", "rehearsed_directions", "sample_discrepancy",
            "signature_grid", "tau_posterior"]
 
@@ -55,7 +55,8 @@ CUTS = (0.6, 0.75, 0.85)
 #: Exponents ``p`` of the discrepancy scale ``tau d^p`` (uniform prior over them).
 POWERS = (0.5, 1.0)
 #: Scale of the half-normal prior on ``tau``: the sd of the log-loss error one fitted width
-#: beyond the data; 95% prior mass below 0.2 (a factor ``exp(0.4)`` at two sd).
+#: beyond the data (one decade where no rehearsal is possible, :func:`grid_distance`); 95% prior
+#: mass below 0.2 (a factor ``exp(0.4)`` at two sd).
 TAU_SCALE = 0.1
 #: Scale of the normal prior on ``mu``, the systematic part of the discrepancy one fitted width
 #: beyond the data (the same meaning as :data:`TAU_SCALE`).
@@ -65,7 +66,7 @@ MU_SCALE = 0.1
 #: the law lacks (its error beyond a table of width ``w`` grows like ``w^2``).
 WIDTH_POWERS = (0.0, 1.0, 2.0)
 #: Version of the interval method (analysis caches of forecasts are keyed on it).
-INTERVAL_VERSION = "shift-width-1"
+INTERVAL_VERSION = "shift-width-decades-1"
 #: The grid the posterior of ``tau`` is computed on.
 TAU_GRID = np.linspace(0.0, 2.0, 801)
 REHEARSAL_DRAWS = 400
@@ -73,116 +74,10 @@ REHEARSAL_DRAWS = 400
 MAP_STARTS = 8
 #: Replicate tables of the rehearsal's null calibration (:func:`null_statistics`).
 NULL_REPLICATES = 20
-#: A row closer than this to the fitted hull (in scaled log units) is inside it.
-HULL_TOL = 1e-9
 #: At most this many hull-facet directions are rehearsed ahead of forecasts (:func:`rehearse`);
 #: a table with more (many input columns, scattered rows) rehearses the rest when a forecast
 #: first leaves the hull through them.
 MAX_HULL_DIRECTIONS = 16
-
-
-def fitted_table(post) -> pd.DataFrame:
-    """The table a posterior was fitted on (its input columns and ``loss``), from its idata."""
-    cd = idata_group(post, "constant_data")
-    if cd is None:  # a posterior built without its table: no range is known, nothing extrapolates
-        return pd.DataFrame()
-    return pd.DataFrame({str(k): np.asarray(cd[k]) for k in cd.data_vars})
-
-
-def input_columns(law) -> list[str]:
-    """The columns a law reads (one per variable)."""
-    return [law.column(v) for v in law.variables]
-
-
-def _logs(df: pd.DataFrame, cols) -> np.ndarray:
-    return np.log(np.maximum(df[cols].to_numpy(float), 1e-300)).reshape(len(df), len(cols))
-
-
-def _unit(fitted: pd.DataFrame, df: pd.DataFrame, columns):
-    """``(cols, F, X)``: the columns present in both tables and both tables in log space, scaled
-    so that the fitted range of every column is ``[0, 1]`` (a constant column: width 1)."""
-    r = FittedRange(fitted, [c for c in columns if c in df])
-    return r.cols, r.F, r.scale(df)
-
-
-def _hull_facets(F):
-    """Unit outward normals ``(m, k)`` and offsets ``(m,)`` of the convex hull of the fitted
-    points (``n . x + b <= 0`` inside), over the columns that vary; ``None`` when fewer than two
-    vary or the points span less than their dimension."""
-    vary = F.max(0) > F.min(0)
-    if vary.sum() < 2:
-        return None
-    try:
-        hull = ConvexHull(np.unique(F[:, vary], axis=0))
-    except (QhullError, ValueError):
-        return None
-    normals = np.zeros((len(hull.equations), F.shape[1]))
-    normals[:, vary] = hull.equations[:, :-1]
-    return normals, hull.equations[:, -1]
-
-
-class FittedRange:
-    """A fitted table's range, computed once for many queries (:meth:`locate`): its columns
-    (those of ``columns`` it has) in log space scaled to ``[0, 1]`` (``F``; a constant column
-    has width 1) and the facets of their convex hull."""
-
-    def __init__(self, fitted: pd.DataFrame, columns):
-        self.fitted, self.columns = fitted, list(columns)
-        self.cols = [c for c in self.columns if c in fitted]
-        F = _logs(fitted, self.cols)
-        self.lo = F.min(0, initial=np.inf)
-        hi = F.max(0, initial=-np.inf)
-        self.width = np.where(hi > self.lo, hi - self.lo, 1.0)
-        self.F = (F - self.lo) / self.width
-
-    def scale(self, df: pd.DataFrame) -> np.ndarray:
-        """The rows of ``df`` in the scaled coordinates of ``F``."""
-        return (_logs(df, self.cols) - self.lo) / self.width
-
-    @functools.cached_property
-    def facets(self):
-        return _hull_facets(self.F) if len(self.F) else None
-
-    def locate(self, df: pd.DataFrame):
-        """``(d, signatures)`` of the rows of ``df``: :func:`extrapolation`."""
-        if [c for c in self.cols if c in df] != self.cols:  # a table without some column
-            return FittedRange(self.fitted, [c for c in self.columns if c in df]).locate(df)
-        X = self.scale(df)
-        beyond = np.maximum(X - 1.0, 0.0) - np.maximum(-X, 0.0)
-        d = np.sqrt((beyond**2).sum(1))
-        sigs = np.array([",".join(sorted(f"{c}{'+' if b > 0 else '-'}"
-                                         for c, b in zip(self.cols, row) if b != 0))
-                         for row in beyond], dtype=object)
-        if len(df) and self.facets is not None:
-            normals, offsets = self.facets
-            v = X @ normals.T + offsets
-            best = v.argmax(1)
-            out = (d == 0) & (v.max(1) > HULL_TOL)
-            d = np.where(out, v.max(1), d)
-            for i in np.flatnonzero(out):
-                sigs[i] = "hull " + " ".join(f"{c}{u:+.1f}"
-                                             for c, u in zip(self.cols, normals[best[i]])
-                                             if round(u, 1) != 0)
-        return d, sigs
-
-
-def extrapolation(fitted: pd.DataFrame, df: pd.DataFrame, columns):
-    """Distance of each row of ``df`` from the table ``fitted``, and the direction it leaves in.
-
-    In log space, each column of ``columns`` (:func:`input_columns`) scaled by its fitted width
-    (a column constant in the fit counts in units of 1 in log space). A row outside the fitted
-    box ``[min, max]`` of some column: the Euclidean norm of its distances beyond the box, and the
-    signature lists the columns and sides (``"N+"``, ``"D+,N+"``). A row inside the box but
-    outside the convex hull of the fitted points (e.g. more tokens per parameter than any fitted
-    run, at sizes and token counts each inside their range): its distance beyond the hull facet it
-    violates most, and the signature ``"hull N-0.7 D+0.7"`` names that facet's outward normal
-    (to one decimal: nearly parallel facets share one rehearsal).
-    Inside the hull: 0 and ``""``. (:class:`FittedRange` keeps the fitted side for many calls.)
-
-    Returns:
-        ``(d, signatures)``: arrays of shape ``(n,)``.
-    """
-    return FittedRange(fitted, [c for c in columns if c in df]).locate(df)
 
 
 def directions(signature: str) -> list[dict]:
@@ -553,6 +448,16 @@ def log_evidence(terms: dict, tau_scale: float, mu_scale: float) -> float:
     return float(np.logaddexp.reduce(_with_prior(terms, tau_scale, mu_scale)[0]))
 
 
+def grid_distance(grid: dict, widths: np.ndarray, decades: np.ndarray) -> np.ndarray:
+    """The distance a signature's discrepancy is measured in: in fitted widths (``widths``,
+    :func:`extrapolation`) where its grid rests on rehearsal rows, which measured it in those
+    units; in decades (``decades``, :meth:`FittedRange.decades`) where it rests on the prior
+    alone, whose scales :data:`TAU_SCALE` and :data:`MU_SCALE` are then per decade. A table no
+    cut can rehearse along an axis has one or two values on it, and their gap, the fitted width,
+    says nothing of how far a forecast reaches."""
+    return np.asarray(widths if grid.get("n_rows", 1) else decades, float)
+
+
 def sample_discrepancy(grid: dict, d: np.ndarray, n_draws: int, rng):
     """``(loc, scale, tau)``: per draw and row (``(S, n)``) the mean ``mu_s d^p_s`` and sd
     ``tau_s d^p_s`` of the discrepancy ``delta`` of rows at distances ``d``, one ``(p, tau)`` per
@@ -589,7 +494,8 @@ def signature_grid(post, signature: str, calibrated: bool = False) -> dict:
         _, note = rehearsal_spec(post)
         grid["basis"] = (f"rehearsal on {grid['n_rows']} training rows beyond cuts along "
                          f"{signature}" if grid["n_rows"] else
-                         f"tau prior only: no rehearsal cut possible along {signature}")
+                         f"tau prior only, per decade beyond the fitted range: no rehearsal cut possible "
+                         f"along {signature}")
         if calibrated and grid["n_rows"]:
             grid["basis"] += f", calibrated on {NULL_REPLICATES} replicate tables"
         if failed:

@@ -19,6 +19,7 @@ from .intervals import (
     FittedRange,
     extrapolation,
     fitted_table,
+    grid_distance,
     input_columns,
     rehearse,
     sample_discrepancy,
@@ -272,11 +273,15 @@ class Posterior:
             tau_med[d > 0], basis[d > 0] = float(mode), "fixed tau"
             return 0.0, np.broadcast_to(mode * d, (n_draws, n)), info()
         loc, scale = np.zeros((n_draws, n)), np.zeros((n_draws, n))
+        decades = None
         for sig in sorted(set(sigs) - {""}):
             rows = np.flatnonzero(sigs == sig)
             grid = signature_grid(self, sig, calibrated=mode == "calibrated")
+            if not grid.get("n_rows", 1) and decades is None:
+                decades = self._fitted_range().decades(df)
+            dist = grid_distance(grid, d[rows], None if decades is None else decades[rows])
             loc[:, rows], scale[:, rows], tau = sample_discrepancy(  # a generator per signature
-                grid, d[rows], n_draws, np.random.default_rng(seed))
+                grid, dist, n_draws, np.random.default_rng(seed))
             tau_med[rows] = float(np.median(tau))
             shift[rows] = np.median(loc[:, rows], 0)
             basis[rows] = grid["basis"]
