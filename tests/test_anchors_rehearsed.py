@@ -33,10 +33,12 @@ def post():
                             allow_unconverged=True)
 
 
-def rehearsed(post, grid):
+def rehearsed(post, grid, n_rows=12):
     """Set the posterior's rehearsed grid of ``(p, tau)`` for rows beyond the largest ``D``
-    (the cache ``signature_grid`` fills), as a rehearsal on the training table would."""
-    post.settings["discrepancy_grid"] = {"D+": {**grid, "n_rows": 0, "basis": "set in the test"}}
+    (the cache ``signature_grid`` fills), as a rehearsal on ``n_rows`` training rows would
+    (``n_rows=0``: the prior alone, whose distance is in decades)."""
+    post.settings["discrepancy_grid"] = {"D+": {**grid, "n_rows": n_rows,
+                                                "basis": "set in the test"}}
 
 
 def pick(post, criterion="refit", **kw):
@@ -88,6 +90,12 @@ def test_the_rehearsed_discrepancy_is_the_mixture_at_the_queries(post):
     assert fixed.attrs["discrepancy"] == 0.3
     assert fixed.attrs["initial"] != pytest.approx(sel.attrs["initial"], rel=1e-3)
     assert pick(post, discrepancy=None).attrs["discrepancy"] == pytest.approx(NOISE)
+    # the same grid resting on the prior alone reads the distance in decades, as forecasts do
+    rehearsed(post, grid, n_rows=0)
+    dec = np.log10(D_Q) - LOG_D_OBS.max() / np.log(10)
+    second = sum(w * (t ** 2 + m ** 2 + sd ** 2) * dec ** (2 * p) for p, t, m, sd, w in
+                 zip(*(grid[k] for k in ("p", "tau", "mu", "mu_sd", "w"))))
+    assert pick(post).attrs["initial"] == pytest.approx(base + second.mean(), rel=1e-9)
 
 
 def test_a_posterior_with_its_discrepancy_off_scores_the_variance(post):

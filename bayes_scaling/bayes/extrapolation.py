@@ -13,7 +13,8 @@ from scipy.spatial import ConvexHull, QhullError
 
 from .predictive import idata_group
 
-__all__ = ["HULL_TOL", "FittedRange", "extrapolation", "fitted_table", "input_columns"]
+__all__ = ["HULL_TOL", "FittedRange", "extrapolation", "fitted_table", "input_columns",
+           "scaled_columns"]
 
 #: A row closer than this to the fitted hull (in scaled log units) is inside it.
 HULL_TOL = 1e-9
@@ -36,7 +37,7 @@ def _logs(df: pd.DataFrame, cols) -> np.ndarray:
     return np.log(np.maximum(df[cols].to_numpy(float), 1e-300)).reshape(len(df), len(cols))
 
 
-def _unit(fitted: pd.DataFrame, df: pd.DataFrame, columns):
+def scaled_columns(fitted: pd.DataFrame, df: pd.DataFrame, columns):
     """``(cols, F, X)``: the columns present in both tables and both tables in log space, scaled
     so that the fitted range of every column is ``[0, 1]`` (a constant column: width 1)."""
     r = FittedRange(fitted, [c for c in columns if c in df])

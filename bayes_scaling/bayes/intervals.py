@@ -36,7 +36,8 @@ import pandas as pd
 
 from ..errors import FitError
 from ..params import row_bucket
-from .extrapolation import FittedRange, _unit, extrapolation, fitted_table, input_columns
+from .extrapolation import (FittedRange, extrapolation, fitted_table, input_columns,
+                            scaled_columns)
 from .model import theta_s_batch
 from .modes import find_modes, map_stage
 from .predictive import ParamDraws, as_draws
@@ -241,7 +242,7 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
     # first cut (a table too small for any cut is never fitted, nor validated as a fit's table);
     # padded to the full table's rows, so they run the programs the posterior's own fit compiled
     ref, bucket = None, row_bucket(len(table))
-    cols, F, _ = _unit(table, table, columns)
+    cols, F, _ = scaled_columns(table, table, columns)
     t = F @ np.array([direction.get(c, 0.0) for c in cols])
     lo, hi = t.min(), t.max()
     n_min = len(post.settings["free"]) + 3
