@@ -186,3 +186,34 @@ def test_unconverged_posterior_raises_unless_allowed():
     post.settings["allow_unconverged"] = True  # as stored by fit_posterior(allow_unconverged=True)
     with pytest.warns(bs.ConvergenceWarning):
         assert post.predict_draws(INSIDE).shape == (20, len(INSIDE))
+
+
+def test_a_forecast_summarises_the_finite_draws_and_says_how_many_were_not():
+    """A draw where the law has no finite value (a Laplace draw outside the law's support; here
+    injected into a tenth of one row's draws) is left out of the row's summaries, counted in
+    ``nonfinite_draws`` and warned about: NaN bounds, as before, said nothing."""
+    rng = np.random.default_rng(0)
+    N = np.exp(rng.uniform(np.log(1e7), np.log(1e9), 30))
+    D = np.exp(rng.uniform(np.log(1e8), np.log(1e10), 30))
+    df = pd.DataFrame({"N": N, "D": D, "loss": 1.7 + 400 / N**0.34 + 410 / D**0.28})
+    post = bs.fit_posterior("chinchilla", df, method="laplace", seed=0, progress_bar=False)
+    q = df.iloc[:3][["N", "D"]]
+    clean = post.forecast(q, allow_unconverged=True)
+    assert (clean["nonfinite_draws"] == 0).all()
+    real = post._draws
+
+    def with_holes(*args, **kw):  # the first 10% of the draws of row 0 non-finite
+        y, info = real(*args, **kw)
+        y = np.array(y, float)
+        y[: len(y) // 10, 0] = np.inf
+        return y, info
+
+    post._draws = with_holes
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fc = post.forecast(q, allow_unconverged=True)
+    assert any("non-finite" in str(w.message) for w in caught)
+    assert fc["nonfinite_draws"].tolist() == pytest.approx([0.1, 0.0, 0.0])
+    assert np.isfinite(fc[["mean", "median", "lower", "upper", "sd"]].to_numpy()).all()
+    np.testing.assert_allclose(fc.iloc[1:][["median", "lower", "upper"]],
+                               clean.iloc[1:][["median", "lower", "upper"]])

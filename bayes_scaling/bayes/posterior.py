@@ -299,17 +299,29 @@ class Posterior:
         ``extrapolated`` (``d > 0``), ``discrepancy_tau`` (median ``tau`` of the row's draws),
         ``discrepancy_shift`` (median systematic part ``mu d^p`` of the row's log discrepancy: the
         forecast median lies ``exp(shift)`` times the law's), ``discrepancy_basis`` (what they rest
-        on) and ``posterior_status``.
+        on), ``nonfinite_draws`` (the share of the row's draws where the law has no finite value,
+        left out of the summaries with a warning) and ``posterior_status``.
         """
         if not 0 < interval < 1:
             raise BayesScalingError(f"interval must be in (0, 1), got {interval}")
         y, info = self._draws(new_df, kind, seed, None, discrepancy, allow_unconverged)
+        bad = ~np.isfinite(y)
+        if bad.any():  # a draw where the law has no finite value (e.g. a Laplace draw outside it)
+            warnings.warn(f"{int(bad.any(0).sum())} of {y.shape[1]} forecast rows have non-finite "
+                          f"draws (up to {bad.mean(0).max():.1%} of a row's): the law has no finite "
+                          "value there; their summaries are over the finite draws, and column "
+                          "nonfinite_draws gives each row's share", stacklevel=2)
+            y = np.where(bad, np.nan, y)
         a = (1 - interval) / 2
-        q = np.quantile(y, [a, 0.5, 1 - a], axis=0)
-        out = pd.DataFrame({"mean": y.mean(0), "median": q[1], "lower": q[0], "upper": q[2],
-                            "sd": y.std(0)}, index=getattr(new_df, "index", None))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a row with no finite draw: nan
+            q = np.nanquantile(y, [a, 0.5, 1 - a], axis=0)
+            mean, sd = np.nanmean(y, 0), np.nanstd(y, 0)
+        out = pd.DataFrame({"mean": mean, "median": q[1], "lower": q[0], "upper": q[2], "sd": sd},
+                           index=getattr(new_df, "index", None))
         for k in info:
             out[k] = info[k].to_numpy()
+        out["nonfinite_draws"] = bad.mean(0)
         out["posterior_status"] = self.status
         return out
 
