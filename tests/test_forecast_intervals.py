@@ -195,7 +195,8 @@ def test_a_forecast_summarises_the_finite_draws_and_says_how_many_were_not():
     rng = np.random.default_rng(0)
     N = np.exp(rng.uniform(np.log(1e7), np.log(1e9), 30))
     D = np.exp(rng.uniform(np.log(1e8), np.log(1e10), 30))
-    df = pd.DataFrame({"N": N, "D": D, "loss": 1.7 + 400 / N**0.34 + 410 / D**0.28})
+    loss = (1.7 + 400 / N**0.34 + 410 / D**0.28) * np.exp(0.01 * rng.standard_normal(30))
+    df = pd.DataFrame({"N": N, "D": D, "loss": loss})
     post = bs.fit_posterior("chinchilla", df, method="laplace", seed=0, progress_bar=False)
     q = df.iloc[:3][["N", "D"]]
     clean = post.forecast(q, allow_unconverged=True)
