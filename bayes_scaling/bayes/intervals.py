@@ -495,8 +495,8 @@ def signature_grid(post, signature: str, calibrated: bool = False) -> dict:
         _, note = rehearsal_spec(post)
         grid["basis"] = (f"rehearsal on {grid['n_rows']} training rows beyond cuts along "
                          f"{signature}" if grid["n_rows"] else
-                         f"tau prior only, per decade beyond the fitted range: no rehearsal cut possible "
-                         f"along {signature}")
+                         "tau prior only, per decade beyond the fitted range: no rehearsal cut "
+                         f"possible along {signature}")
         if calibrated and grid["n_rows"]:
             grid["basis"] += f", calibrated on {NULL_REPLICATES} replicate tables"
         if failed:

@@ -306,7 +306,7 @@ class Posterior:
             raise BayesScalingError(f"interval must be in (0, 1), got {interval}")
         y, info = self._draws(new_df, kind, seed, None, discrepancy, allow_unconverged)
         bad = ~np.isfinite(y)
-        if bad.any():  # a draw where the law has no finite value (e.g. a Laplace draw outside it)
+        if bad.any():  # a draw where the law has no finite value (a Laplace draw outside it)
             warnings.warn(f"{int(bad.any(0).sum())} of {y.shape[1]} forecast rows have non-finite "
                           f"draws (up to {bad.mean(0).max():.1%} of a row's): the law has no finite "
                           "value there; their summaries are over the finite draws, and column "
