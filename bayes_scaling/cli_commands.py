@@ -155,7 +155,9 @@ def cmd_demo(args) -> None:
         share = (var[i] - (var[i - 1] if i else 0.0)) / var[-1]
         print(f"  {label:44s} {float(r['upper'].iloc[0] - r['lower'].iloc[0]):6.3f}  "
               f"{100 * share:16.0f}%")
-    print(f"  discrepancy: tau {f['discrepancy_tau']:.3g} per fitted width, shift "
+    unit = ("decade" if str(f["discrepancy_basis"]).startswith("tau prior only")
+            else "fitted width")
+    print(f"  discrepancy: tau {f['discrepancy_tau']:.3g} per {unit}, shift "
           f"{f['discrepancy_shift']:+.3g} (log loss)\n  its basis: {f['discrepancy_basis']}")
 
     C = 6.0 * kept.N * kept.D
