@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from .bayes.expansion import expansion_scale
-from .bayes.intervals import (FittedRange, extrapolation, fitted_table, grid_distance,
-                              input_columns, signature_grid)
+from .bayes.intervals import (FittedRange, fitted_table, grid_distance, input_columns,
+                              signature_grid)
 from .bayes.posterior import Posterior, extrapolation_distance
 from .bayes.predictive import ParamDraws, as_draws, predict_draws
 from .design.acquisition import best_rule, greedy_importance, greedy_linear, greedy_refit
@@ -329,10 +329,10 @@ def _rehearsed_moments(post, tables):
             "discrepancy_basis": ex.describe(scale)}
     decades = None
     if mode == "auto":
-        parts = [extrapolation(fitted, t, columns) for t in tables]
+        fr = FittedRange(fitted, columns)  # one hull for every table
+        parts = [fr.locate(t) for t in tables]
         d = np.concatenate([p[0] for p in parts])
         sigs = np.concatenate([p[1] for p in parts])
-        fr = FittedRange(fitted, columns)
         decades = np.concatenate([fr.decades(t) for t in tables])
     else:
         tau = 0.0 if mode == "off" else float(mode)

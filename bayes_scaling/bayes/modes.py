@@ -77,8 +77,7 @@ def screened_inits(spec, args, n_starts, seed):
     kept, spare = [], []
     for k in range(SCREEN):
         cand = spec.space.sample_inits(n_starts, seed if k == 0 else [seed, k])
-        ok = np.isfinite(np.asarray(f(jnp.asarray(np.asarray(spec.space.u(jnp.asarray(cand)))),
-                                      args)))
+        ok = np.isfinite(np.asarray(f(spec.space.u(jnp.asarray(cand)), args)))
         kept += list(cand[ok])
         spare += list(cand[~ok])
         if len(kept) >= n_starts:
