@@ -1371,7 +1371,8 @@ def per_dataset(units, method) -> str:
 
 def distances(units, method) -> str:
     """How far each dataset's held-out rows extrapolate, in the fitted table's widths (the unit
-    of the default discrepancy, docs/forecasting.md) and in decades beyond the fitted box, and the
+    of the default discrepancy, docs/forecasting.md) and in decades beyond the fitted box or hull
+    (``FittedRange.decades``, the unit of the prior where no rehearsal is possible), and the
     fitted-noise predictive's log error there (``before``'s median): which unit of distance makes
     the error per unit alike across tables."""
     from bayes_scaling.bayes import intervals as iv
@@ -1382,26 +1383,19 @@ def distances(units, method) -> str:
         if u.skip or not f.exists():
             continue
         rows, law = pd.read_csv(f), resolve_law(u.law)
-        cols = [c for c in iv.input_columns(law) if c in u.train]
-        d_rel, _ = iv.extrapolation(u.train, u.test, cols)
-        excess = np.zeros(len(u.test))
-        for c in cols:
-            v = np.log10(u.train[c].to_numpy(float))
-            lo, hi = v.min(), v.max()
-            t = np.log10(u.test[c].to_numpy(float))
-            excess += (np.maximum(t - hi, 0) + np.maximum(lo - t, 0)) ** 2
+        fr = iv.FittedRange(u.train, iv.input_columns(law))
         frames.append(pd.DataFrame({"dataset": u.dataset, "err": np.log(rows["y"] / rows["median"]),
-                                    "d_rel": d_rel, "d_dec": np.sqrt(excess)}))
+                                    "d_rel": fr.locate(u.test)[0], "d_dec": fr.decades(u.test)}))
     r = pd.concat(frames)
     r = r[r["d_rel"] > 0]
     lines = ["| dataset | rows | rms log error | median distance (widths) | median distance "
-             "(decades beyond the box) | error per width | error per decade |",
+             "(decades) | error per width | error per decade |",
              "|---|---|---|---|---|---|---|"]
     for ds, g in r.groupby("dataset"):
         rms = float(np.sqrt(np.mean(g["err"] ** 2)))
         w, dec = float(g["d_rel"].median()), float(g["d_dec"].median())
         lines.append(f"| {ds} | {len(g)} | {rms:.3f} | {w:.2f} | {dec:.2f} | {rms / w:.3f} | "
-                     + (f"{rms / dec:.3f} |" if dec > 0 else "- (inside the box) |"))
+                     + (f"{rms / dec:.3f} |" if dec > 0 else "- |"))
     return "\n".join(lines)
 
 
