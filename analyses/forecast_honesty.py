@@ -294,7 +294,25 @@ def interval_version() -> str:
 ENGINE_TAG = "e3"
 
 
+def likelihood_kw(method: str) -> tuple[str, dict]:
+    """``(posterior method, likelihood kwargs of bs.fit_posterior)`` of a run's ``method``:
+    ``"laplace"`` or ``"nuts"``, optionally ``@`` a likelihood other than the default (``--likelihood``):
+    ``huber<c>`` (Huber threshold ``c`` sigmas), ``student_t<df>``, ``normal``."""
+    base, _, lik = method.partition("@")
+    if not lik:
+        return base, {}
+    if lik == "normal":
+        return base, {"likelihood": "normal"}
+    for name, key in (("student_t", "student_df"), ("huber", "huber_c")):
+        if lik.startswith(name):
+            return base, {"likelihood": name, key: float(lik[len(name):])}
+    raise ValueError(f"--likelihood {lik!r}: expected huber<c>, student_t<df> or normal "
+                     "(e.g. huber0.5, student_t4)")
+
+
 def cache_dir(variant: str, method: str) -> Path:
+    if variant in BASELINE_VARIANTS:  # MAP refits: the posterior's likelihood does not enter
+        method = method.partition("@")[0]
     tag = ("v1" if variant == "before" else "x1" if variant.startswith("expansion")
            else "b1" if variant in BASELINE_VARIANTS else interval_version())
     if variant in ("before", "after"):
@@ -390,6 +408,7 @@ def fit_unit(job) -> list[tuple[dict, pd.DataFrame | None]]:
     on the held-out side. Returns one (meta, per-row scores or None when skipped or failed) per
     variant."""
     unit, variants, method = job
+    method, lik = likelihood_kw(method)
     base = {"dataset": unit.dataset, "split": unit.split, "law": unit.label, "method": method,
             "n_train": len(unit.train), "n_test": len(unit.test), "status": "ok", "reason": ""}
     if unit.skip:
@@ -407,7 +426,7 @@ def fit_unit(job) -> list[tuple[dict, pd.DataFrame | None]]:
             post = None
             if any(v not in BASELINE_VARIANTS for v in variants):
                 post = bs.fit_posterior(law, unit.train, fixed=fixed or None, method=method,
-                                        seed=0, progress_bar=False)
+                                        seed=0, progress_bar=False, **lik)
     except SplitSkipped as exc:
         return [({**base, "variant": v, "status": "skipped",
                   "reason": str(exc).splitlines()[0][:200]}, None) for v in variants]
@@ -1417,14 +1436,20 @@ def main(argv=None) -> int:
     ap.add_argument("--distances", action="store_true",
                     help="the held-out rows' distances (fitted widths, decades) and the "
                     "fitted-noise log error per unit of each, per dataset, from the cache")
+    ap.add_argument("--likelihood", default="",
+                    help="posteriors with another likelihood than the default: huber<c>, "
+                    "student_t<df> or normal (tables in out/forecast_honesty/likelihood-<it>/)")
     ap.add_argument("--seeds", type=int, default=SIM_SEEDS, help="replicates per simulated case")
     a = ap.parse_args(argv)
     t0 = time.time()
     method = "nuts" if a.nuts else "laplace"
+    global OUT
     if a.nuts:  # its tables and figures beside the Laplace ones, not over them
-        global OUT
         OUT = OUT / "nuts"
-        OUT.mkdir(parents=True, exist_ok=True)
+    if a.likelihood:
+        likelihood_kw(f"{method}@{a.likelihood}")  # a clear error before any fit
+        method, OUT = f"{method}@{a.likelihood}", OUT / f"likelihood-{a.likelihood}"
+    OUT.mkdir(parents=True, exist_ok=True)
     asked = a.variants.split(",")
     variants = [v for v in VARIANTS if v in asked or (v.startswith("expansion-")
                                                        and "expansion" in asked)
@@ -1452,6 +1477,7 @@ def main(argv=None) -> int:
         return 0
     command = (f"nice -n 10 python analyses/forecast_honesty.py --executor {a.executor} "
                f"--workers {a.workers}" + " --quick" * a.quick + " --nuts" * a.nuts
+               + (f" --likelihood {a.likelihood}" if a.likelihood else "")
                + (f" --variants {a.variants}" if a.variants != "before,after,expansion"
                   else ""))
     print(summarise(units, variants, method, command,
