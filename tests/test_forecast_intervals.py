@@ -213,8 +213,38 @@ def test_a_forecast_summarises_the_finite_draws_and_says_how_many_were_not():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fc = post.forecast(q, allow_unconverged=True)
-    assert any("non-finite" in str(w.message) for w in caught)
+    assert any("no loss" in str(w.message) for w in caught)
     assert fc["nonfinite_draws"].tolist() == pytest.approx([0.1, 0.0, 0.0])
     assert np.isfinite(fc[["mean", "median", "lower", "upper", "sd"]].to_numpy()).all()
     np.testing.assert_allclose(fc.iloc[1:][["median", "lower", "upper"]],
                                clean.iloc[1:][["median", "lower", "upper"]])
+
+
+def test_a_draw_whose_law_value_is_not_positive_is_no_loss():
+    """A loss is positive and the likelihood lives on ``log L``: a posterior draw whose law value
+    at a row is negative (an offset drawn below zero; here a tenth of the draws' ``E`` set to
+    -10, so the law is negative at every row for them) is left out of the forecast and counted,
+    for the predictive and for the law's value, instead of pulling the lower bound below zero."""
+    rng = np.random.default_rng(1)
+    N = np.exp(rng.uniform(np.log(1e7), np.log(1e9), 30))
+    D = np.exp(rng.uniform(np.log(1e8), np.log(1e10), 30))
+    loss = (1.7 + 400 / N**0.34 + 410 / D**0.28) * np.exp(0.01 * rng.standard_normal(30))
+    df = pd.DataFrame({"N": N, "D": D, "loss": loss})
+    post = bs.fit_posterior("chinchilla", df, method="laplace", seed=0, progress_bar=False)
+    q = df.iloc[:3][["N", "D"]]
+    clean = {k: post.forecast(q, kind=k, allow_unconverged=True) for k in ("predictive", "mean")}
+    p, sigma = post._param_draws()
+    S = len(sigma)
+    p = dict(p, E=p["E"].at[: S // 10].set(-10.0))
+    post._param_draws = lambda max_draws=None: (p, sigma)
+    for kind in ("predictive", "mean"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fc = post.forecast(q, kind=kind, allow_unconverged=True)
+        assert any("no loss" in str(w.message) for w in caught)
+        assert fc["nonfinite_draws"].tolist() == pytest.approx([S // 10 / S] * 3)
+        assert (fc["lower"] > 0).all()
+        draws = post.predict_draws(q, kind, allow_unconverged=True)
+        assert np.isnan(draws[: S // 10]).all() and np.isfinite(draws[S // 10:]).all()
+        # the other draws are the clean posterior's: the median moves by the tenth left out only
+        np.testing.assert_allclose(fc["median"], clean[kind]["median"], rtol=0.02)

@@ -186,6 +186,8 @@ class Posterior:
         - ``0`` or ``"off"``: no discrepancy (the fitted noise only).
 
         Rows inside the fitted range (``d = 0``) get exactly the draws of ``discrepancy=0``.
+        A draw whose law value at a row is not a positive finite number (a loss is positive, and
+        the likelihood lives on ``log L``) is NaN there.
         A posterior that failed its checks raises :class:`ConvergenceError` unless
         ``allow_unconverged`` (or ``settings["allow_unconverged"]``, stored at fit time).
         """
@@ -199,6 +201,9 @@ class Posterior:
         x = _forecast_inputs(self.law, df)
         p, sigma = self._param_draws(max_draws)
         out = np.asarray(_vmapped_law(self.law)(p, x))
+        # a loss is positive, and the likelihood lives on log L: a draw whose law value is not
+        # positive at a row (an offset drawn below zero beyond the fitted range) forecasts no loss
+        out = np.where(out > 0, out, np.nan)
         k_noise, _ = _draw_keys(seed)
         if kind == "predictive":
             out = observation_draws(out, sigma, self.settings["likelihood"], k_noise,
@@ -299,18 +304,18 @@ class Posterior:
         ``extrapolated`` (``d > 0``), ``discrepancy_tau`` (median ``tau`` of the row's draws),
         ``discrepancy_shift`` (median systematic part ``mu d^p`` of the row's log discrepancy: the
         forecast median lies ``exp(shift)`` times the law's), ``discrepancy_basis`` (what they rest
-        on), ``nonfinite_draws`` (the share of the row's draws where the law has no finite value,
-        left out of the summaries with a warning) and ``posterior_status``.
+        on), ``nonfinite_draws`` (the share of the row's draws where the law has no finite
+        positive value, left out of the summaries with a warning) and ``posterior_status``.
         """
         if not 0 < interval < 1:
             raise BayesScalingError(f"interval must be in (0, 1), got {interval}")
         y, info = self._draws(new_df, kind, seed, None, discrepancy, allow_unconverged)
         bad = ~np.isfinite(y)
-        if bad.any():  # a draw where the law has no finite value (a Laplace draw outside it)
-            warnings.warn(f"{int(bad.any(0).sum())} of {y.shape[1]} forecast rows have non-finite "
-                          f"draws (up to {bad.mean(0).max():.1%} of a row's): the law has no finite "
-                          "value there; their summaries are over the finite draws, and column "
-                          "nonfinite_draws gives each row's share", stacklevel=2)
+        if bad.any():  # a draw where the law has no finite positive value
+            warnings.warn(f"{int(bad.any(0).sum())} of {y.shape[1]} forecast rows have draws "
+                          f"that are no loss (up to {bad.mean(0).max():.1%} of a row's): the law "
+                          "has no finite positive value there; their summaries are over the other "
+                          "draws, and column nonfinite_draws gives each row's share", stacklevel=2)
             y = np.where(bad, np.nan, y)
         a = (1 - interval) / 2
         with warnings.catch_warnings():
@@ -335,7 +340,9 @@ class Posterior:
         out = {}
         for iv in intervals:
             a = (1 - iv) / 2
-            lo, hi = np.quantile(y, [a, 1 - a], axis=0)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a row with no loss drawn: nan
+                lo, hi = np.nanquantile(y, [a, 1 - a], axis=0)
             out[iv] = float(np.mean((obs >= lo) & (obs <= hi)))
         return out
 

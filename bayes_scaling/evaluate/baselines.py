@@ -226,7 +226,9 @@ def auto_axis(law, train, query) -> Callable:
         raise DataError(f"no input of {law.name} ({list(law.columns)}) varies in the training "
                         "table with positive values: pass axis= (a column or table -> values)")
     col, sign = pick
-    fn = (lambda t: sign * np.log(t[col].to_numpy(float)))
+    def fn(t):
+        return sign * np.log(t[col].to_numpy(float))
+
     fn.name = col if sign > 0 else f"-{col}"
     return fn
 
