@@ -403,6 +403,23 @@ def baseline(unit, law, fixed, variant) -> tuple[pd.DataFrame, dict]:
     return rows, meta
 
 
+def unit_posterior(unit, method, lik, fit=True):
+    """``(law, fixed, posterior)`` of a unit's training side (seed 0; ``posterior`` None unless
+    ``fit``); the M3 base fixed at its phase-1 MAP for a two-phase unit."""
+    fixed = dict(unit.fixed)
+    law = resolve_law(unit.law)
+    post = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if unit.two_phase:
+            mapfit = m3_common.fit(law, unit.train)
+            fixed.update({k: mapfit.params[k] for k in M3_BASE})
+        if fit:
+            post = bs.fit_posterior(law, unit.train, fixed=fixed or None, method=method,
+                                    seed=0, progress_bar=False, **lik)
+    return law, fixed, post
+
+
 def fit_unit(job) -> list[tuple[dict, pd.DataFrame | None]]:
     """Fit one unit's posterior on its training side (once) and score each requested predictive
     on the held-out side. Returns one (meta, per-row scores or None when skipped or failed) per
@@ -415,18 +432,9 @@ def fit_unit(job) -> list[tuple[dict, pd.DataFrame | None]]:
         return [({**base, "variant": v, "status": "skipped", "reason": unit.skip}, None)
                 for v in variants]
     t0 = time.perf_counter()
-    fixed = dict(unit.fixed)
     try:
-        law = resolve_law(unit.law)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            if unit.two_phase:
-                mapfit = m3_common.fit(law, unit.train)
-                fixed.update({k: mapfit.params[k] for k in M3_BASE})
-            post = None
-            if any(v not in BASELINE_VARIANTS for v in variants):
-                post = bs.fit_posterior(law, unit.train, fixed=fixed or None, method=method,
-                                        seed=0, progress_bar=False, **lik)
+        law, fixed, post = unit_posterior(unit, method, lik,
+                                          any(v not in BASELINE_VARIANTS for v in variants))
     except SplitSkipped as exc:
         return [({**base, "variant": v, "status": "skipped",
                   "reason": str(exc).splitlines()[0][:200]}, None) for v in variants]
@@ -1388,6 +1396,104 @@ def per_dataset(units, method) -> str:
     return text
 
 
+FLOOR_REPS = 200
+
+
+def floor_dir(method: str) -> Path:
+    """Where the calibrated floor's PITs of the default predictive are cached."""
+    d = cache_dir("after", method)
+    return d.parent / f"floor-{d.name}"
+
+
+def floor_unit(job) -> tuple[str, np.ndarray | None]:
+    """PITs of ``FLOOR_REPS`` pseudo-observations of a unit's held-out rows, each one joint draw
+    of its default predictive (parameters, noise and discrepancy of one posterior draw), under the
+    other draws: ``(slug, (reps, n) array)``, ``None`` when the unit is skipped or fails."""
+    unit, method = job
+    if unit.skip:
+        return unit.slug, None
+    method, lik = likelihood_kw(method)
+    try:
+        _, _, post = unit_posterior(unit, method, lik)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            draws = predictive(post, unit.test, "after")
+    except (BayesScalingError, FloatingPointError, ValueError, SplitSkipped):
+        return unit.slug, None
+    draws = draws[np.all(np.isfinite(draws), 1)]
+    if len(draws) < 2:
+        return unit.slug, None
+    rng = np.random.default_rng(0)
+    pits = np.empty((FLOOR_REPS, draws.shape[1]))
+    for r, s in enumerate(rng.integers(len(draws), size=FLOOR_REPS)):
+        others, y = np.delete(draws, s, 0), draws[s]
+        pits[r] = np.mean(others < y, 0) + 0.5 * np.mean(others == y, 0)
+    return unit.slug, pits
+
+
+def _spread(x, fmt, with_mean=False) -> str:
+    """``mean (5%-95%)`` or ``5%-95%`` of ``x``, each formatted with ``fmt``."""
+    lo, hi = (format(float(np.quantile(x, q)), fmt) for q in (0.05, 0.95))
+    return f"{format(float(np.mean(x)), fmt)} ({lo}-{hi})" if with_mean else f"{lo}-{hi}"
+
+
+def calibrated_floor(units, method, executor) -> str:
+    """What a perfectly calibrated predictive would score on the units of ``per_dataset.md``: the
+    default predictive's own joint draws taken as the held-out rows (so calibrated by
+    construction, with the same rows, units and within-unit correlation), scored as the real
+    rows are (``bs.evaluate.msce`` per dataset, then the equal-weight mean); the observed
+    default beside it. Writes ``floor.md``."""
+    _, _, rows = per_dataset_tables(units, method)
+    keys = rows[rows["method"] == "default"][UNIT_KEY].drop_duplicates()
+    chosen = [u for u in units if (u.dataset, u.split, u.label) in
+              set(map(tuple, keys.to_numpy()))]
+    folder = floor_dir(method)
+    folder.mkdir(parents=True, exist_ok=True)
+    todo = [(u, method) for u in chosen if not (folder / f"{u.slug}.npy").exists()]
+    print(f"{len(todo)} units to fit for the floor ({len(chosen) - len(todo)} cached)",
+          file=sys.stderr, flush=True)
+    if todo:
+        with executor:
+            for _, (slug, pits) in executor.submit_iter(floor_unit, todo):
+                if pits is not None:
+                    np.save(folder / f"{slug}.npy", pits)
+    by_ds: dict[str, list[np.ndarray]] = {}
+    for u in chosen:
+        f = folder / f"{u.slug}.npy"
+        if f.exists():
+            by_ds.setdefault(u.dataset, []).append(np.load(f))
+    obs = _scores_by_method(rows[rows["method"] == "default"]).set_index("dataset")
+    lines = ["| dataset | units | rows | floor MSCE: mean (5-95%) | observed MSCE | floor cov50 "
+             "(5-95%) | observed cov50 | floor cov90 (5-95%) | observed cov90 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    per_rep = []
+    for ds, arrs in sorted(by_ds.items()):
+        pits = np.concatenate(arrs, axis=1)  # (reps, rows of the dataset)
+        m = np.array([ev.msce(p, LEVELS) for p in pits])
+        c50, c90 = (np.mean(np.abs(pits - 0.5) <= lv / 2 + 1e-12, 1) for lv in (0.5, 0.9))
+        per_rep.append(m)
+        o = obs.loc[ds]
+        lines.append(f"| {ds} | {len(arrs)} | {pits.shape[1]} | {_spread(m, '.4f', True)} | "
+                     f"{o['msce']:.4f} | {_spread(c50, '.0%')} | {o['cov50']:.0%} | "
+                     f"{_spread(c90, '.0%')} | {o['cov90']:.0%} |")
+    mean = np.mean(per_rep, 0)
+    o = obs.loc["mean (datasets equal)"]
+    lines.append(f"| mean (datasets equal) | {sum(map(len, by_ds.values()))} | - | "
+                 f"{_spread(mean, '.4f', True)} | {o['msce']:.4f} | - | - | - | - |")
+    text = ("# The calibration floor: what a calibrated predictive scores on these units\n\n"
+            "Generated by `python analyses/forecast_honesty.py --floor` (resumable). For each "
+            "unit of `per_dataset.md` (the units every method scored), one joint draw of the "
+            "default predictive (one posterior draw's parameters, noise and discrepancy at every "
+            "held-out row) stands in for the held-out rows and is scored under the other draws "
+            f"as the real rows are; {FLOOR_REPS} such pseudo-tables per unit. The predictive is "
+            "then calibrated by construction, on the same rows, units and within-unit "
+            "correlation: its MSCE (50/80/90/95%) is the sampling error alone, the least any "
+            "method can expect on these units. 5-95%: the spread over the pseudo-tables.\n\n"
+            + "\n".join(lines) + "\n")
+    (OUT / "floor.md").write_text(text)
+    return text
+
+
 def distances(units, method) -> str:
     """How far each dataset's held-out rows extrapolate, in the fitted table's widths (the unit
     of the default discrepancy, docs/forecasting.md) and in decades beyond the fitted box or hull
@@ -1439,6 +1545,9 @@ def main(argv=None) -> int:
     ap.add_argument("--likelihood", default="",
                     help="posteriors with another likelihood than the default: huber<c>, "
                     "student_t<df> or normal (tables in out/forecast_honesty/likelihood-<it>/)")
+    ap.add_argument("--floor", action="store_true",
+                    help="floor.md: the MSCE a calibrated predictive would score on the units "
+                    "of per_dataset.md (its own draws as the held-out rows)")
     ap.add_argument("--seeds", type=int, default=SIM_SEEDS, help="replicates per simulated case")
     a = ap.parse_args(argv)
     t0 = time.time()
@@ -1462,6 +1571,9 @@ def main(argv=None) -> int:
     executor = scaleout.from_arguments(a)
     if a.only:
         units = [u for u in units if u.dataset.split("/")[0] in a.only]
+    if a.floor:
+        print(calibrated_floor(units, method, executor))
+        return 0
     if a.distances:
         text = ("# Held-out distances and the fitted-noise error per unit of distance\n\n"
                 "Generated by `python analyses/forecast_honesty.py --distances` from the cache "
