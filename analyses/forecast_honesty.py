@@ -1423,12 +1423,18 @@ def floor_unit(job) -> tuple[str, np.ndarray | None]:
     draws = draws[np.all(np.isfinite(draws), 1)]
     if len(draws) < 2:
         return unit.slug, None
-    rng = np.random.default_rng(0)
-    pits = np.empty((FLOOR_REPS, draws.shape[1]))
-    for r, s in enumerate(rng.integers(len(draws), size=FLOOR_REPS)):
+    return unit.slug, self_pits(draws, FLOOR_REPS)
+
+
+def self_pits(draws: np.ndarray, reps: int, seed: int = 0) -> np.ndarray:
+    """``(reps, n)`` PITs of ``reps`` rows of ``draws`` ``(S, n)``, each drawn at random and scored
+    under the other ``S - 1`` (ties counted half): pseudo-observations from the predictive itself."""
+    rng = np.random.default_rng(seed)
+    pits = np.empty((reps, draws.shape[1]))
+    for r, s in enumerate(rng.integers(len(draws), size=reps)):
         others, y = np.delete(draws, s, 0), draws[s]
         pits[r] = np.mean(others < y, 0) + 0.5 * np.mean(others == y, 0)
-    return unit.slug, pits
+    return pits
 
 
 def _spread(x, fmt, with_mean=False) -> str:

@@ -106,3 +106,23 @@ def test_simulated_cases_draw_from_their_law_and_scores_count_coverage():
     assert abs(s["off cov90"] - 0.9) < 0.01 and abs(s["off cov50"] - 0.5) < 0.015
     assert abs(s["auto cov50"] - 0.823) < 0.015 and s["auto cov90"] > 0.99
     assert s["90% width auto / off"] == pytest.approx(2.0)
+
+
+def test_the_floors_pseudo_observations_are_calibrated_and_keep_the_rows_correlation():
+    """``self_pits``: a row of the predictive's own draws, scored under the others, covers each
+    central level at its nominal rate on average; rows that share a per-draw shift (as a unit's
+    held-out rows share its parameters and discrepancy) move together, so their MSCE is several
+    times that of independent rows of the same marginals: the floor counts that sampling error."""
+    rng = np.random.default_rng(0)
+    S, n = 2000, 30
+    shift = rng.standard_normal((S, 1))
+    joint = 0.9 * shift + np.sqrt(1 - 0.81) * rng.standard_normal((S, n))
+    independent = rng.standard_normal((S, n))
+    levels = np.array(fh.LEVELS)
+    msce = {}
+    for name, draws in (("joint", joint), ("independent", independent)):
+        pits = fh.self_pits(draws, 400)
+        cov = (np.abs(pits[:, :, None] - 0.5) <= levels / 2 + 1e-12).mean(1)  # (reps, levels)
+        np.testing.assert_allclose(cov.mean(0), levels, atol=0.03)
+        msce[name] = np.mean([fh.ev.msce(p, levels) for p in pits])
+    assert msce["joint"] > 3 * msce["independent"]
