@@ -311,8 +311,8 @@ def likelihood_kw(method: str) -> tuple[str, dict]:
 
 
 def cache_dir(variant: str, method: str) -> Path:
-    if variant in BASELINE_VARIANTS:  # MAP refits: the posterior's likelihood does not enter
-        method = method.partition("@")[0]
+    if variant in BASELINE_VARIANTS:  # MAP refits: no posterior enters, one cache for every run
+        method = "laplace"
     tag = ("v1" if variant == "before" else "x1" if variant.startswith("expansion")
            else "b1" if variant in BASELINE_VARIANTS else interval_version())
     if variant in ("before", "after"):
