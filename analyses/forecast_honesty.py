@@ -1550,7 +1550,8 @@ def main(argv=None) -> int:
                     "per_dataset.md with the cached before and after)")
     ap.add_argument("--per-dataset", action="store_true",
                     help="per_dataset.md and calibration_<dataset>.png from the cache")
-    ap.add_argument("--only", nargs="*", help="datasets to run (e.g. epoch bible_m3); "
+    ap.add_argument("--only", nargs="*", help="datasets to run (e.g. epoch bible_m3 "
+                    "scalebench/parallel); "
                     "'simulated': the benchmark on tables from a known law")
     ap.add_argument("--summary", action="store_true", help="tables and figures from the cache")
     ap.add_argument("--distances", action="store_true",
@@ -1584,7 +1585,7 @@ def main(argv=None) -> int:
     units = all_units(quick=a.quick)
     executor = scaleout.from_arguments(a)
     if a.only:
-        units = [u for u in units if u.dataset.split("/")[0] in a.only]
+        units = [u for u in units if u.dataset.split("/")[0] in a.only or u.dataset in a.only]
     if a.floor:
         print(calibrated_floor(units, method, executor))
         return 0
