@@ -1605,6 +1605,7 @@ def main(argv=None) -> int:
     command = (f"nice -n 10 python analyses/forecast_honesty.py --executor {a.executor} "
                f"--workers {a.workers}" + " --quick" * a.quick + " --nuts" * a.nuts
                + (f" --likelihood {a.likelihood}" if a.likelihood else "")
+               + (f" --only {' '.join(a.only)}" if a.only else "")
                + (f" --variants {a.variants}" if a.variants != "before,after,expansion"
                   else ""))
     print(summarise(units, variants, method, command,
