@@ -6,6 +6,8 @@ import concurrent.futures as cf
 import multiprocessing as mp
 import os
 import signal
+import threading
+import time
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from multiprocessing import resource_tracker
@@ -64,7 +66,22 @@ def _environ(env: dict):
                 os.environ[k] = v
 
 
+#: How often a worker checks that the process that started it is still there (seconds).
+PARENT_CHECK_SECONDS = 1.0
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A worker whose parent died without stopping its pool (killed, ``kill -9``, out of memory)
+    is re-parented; it ends itself rather than run its job to the end for nobody."""
+    while True:
+        time.sleep(PARENT_CHECK_SECONDS)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
 def _start_worker(initializer, initargs) -> None:
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True,
+                     name="exit-with-parent").start()
     # ignoring SIGINT discards one that arrived during start-up; then it may be unblocked
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

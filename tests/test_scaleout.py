@@ -188,6 +188,55 @@ def test_ctrl_c_stops_local_pool_cleanly(tmp_path):
     assert masks == ["True", "True"], masks
 
 
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: whether the pid exists at all
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+def test_workers_end_when_their_parent_is_killed(tmp_path):
+    """A program killed outright (SIGKILL: no chance to stop its pool) leaves no worker running
+    its job for nobody: each notices it was re-parented and ends within a few checks."""
+    script = tmp_path / "run.py"
+    script.write_text("\n".join([
+        "import sys",
+        f"sys.path.insert(0, {str(TESTS)!r})",
+        "from scaleout import get_executor",
+        "from test_scaleout import sleep_job",
+        'if __name__ == "__main__":',
+        '    with get_executor("local", workers=2) as ex:',
+        f"        ex.map(sleep_job, [{str(tmp_path)!r}] * 2)", ""]))
+    proc = subprocess.Popen([sys.executable, str(script)], start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    for _ in range(1200):
+        started = list(tmp_path.glob("started-*"))
+        if len(started) == 2:
+            break
+        time.sleep(0.1)
+    workers = [int(p.name.split("-")[1]) for p in started]
+    assert len(workers) == 2 and all(map(_running, workers))
+    proc.kill()
+    proc.wait(timeout=30)
+    for _ in range(300):  # 30 s for checks once a second
+        if not any(map(_running, workers)):
+            break
+        time.sleep(0.1)
+    else:
+        left = [w for w in workers if _running(w)]
+        for w in left:  # not left behind by the failure either
+            os.kill(w, signal.SIGKILL)
+        pytest.fail(f"workers {left} outlived their parent")
+
+
 def sleep_job(tmp):
     (Path(tmp) / f"started-{os.getpid()}").touch()
     time.sleep(60)
