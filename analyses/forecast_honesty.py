@@ -7,6 +7,8 @@
     nice -n 10 python analyses/forecast_honesty.py --only simulated   # tables from a known law
     nice -n 15 python analyses/forecast_honesty.py --variants baselines --executor local --workers 2
     python analyses/forecast_honesty.py --per-dataset        # per_dataset.md from the cache
+    python analyses/forecast_honesty.py --floor              # floor.md: what a calibrated one scores
+    python analyses/forecast_honesty.py --likelihood huber0.5 --variants before,after  # another likelihood
 
 For every dataset, held-out split and law a posterior is fitted on the training side only and its
 predictive draws are scored on the held-out side (which lies beyond the training rows along the

@@ -195,11 +195,12 @@ def band_from_draws(y: np.ndarray, levels=BAND_LEVELS) -> pd.DataFrame:
     y = np.asarray(y, float)
     ok = np.all(np.isfinite(y), axis=1)
     if not ok.any():
-        raise BayesScalingError(f"every one of the {len(ok)} draws is non-finite somewhere on the "
-                                "grid: check the grid's columns and units against the fitted table")
+        raise BayesScalingError(f"every one of the {len(ok)} draws is non-finite (or no positive "
+                                "loss) somewhere on the grid: check the grid's columns and units "
+                                "against the fitted table")
     if not ok.all():
-        warnings.warn(f"{int((~ok).sum())} of {len(ok)} draws are non-finite somewhere on the grid "
-                      "and are left out of the band", stacklevel=2)
+        warnings.warn(f"{int((~ok).sum())} of {len(ok)} draws are non-finite (or no positive loss) "
+                      "somewhere on the grid and are left out of the band", stacklevel=2)
         y = y[ok]
     out = {"median": np.median(y, axis=0)}
     for lv in sorted(levels):
