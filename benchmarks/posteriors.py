@@ -72,6 +72,9 @@ sys.path.insert(0, str(ROOT))
 
 import bayes_scaling as bs  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from user_laws import LAWS as USER_LAWS  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "out" / "posteriors"
 RESULTS = OUT / "results.jsonl"
 SUMMARY = OUT / "summary.md"
@@ -106,12 +109,14 @@ class Built:
 class Case:
     name: str
     family: str          # the law family the totals are grouped by
-    kind: str            # simulated | scalebench | paper | extra
+    kind: str            # simulated | scalebench | paper | extra | user
     law_name: str        # a registered law's name, or "<task>/<id>" of a ScaleBench law
     build: Callable[[], Built] | None = None
     skip: str | None = None
 
     def law(self):
+        if self.law_name.startswith("user_"):
+            return USER_LAWS[self.law_name[len("user_"):]]
         if "/" in self.law_name:
             task, law_id = self.law_name.rsplit("/", 1)
             return bs.scalebench.get(task, law_id)
@@ -342,6 +347,15 @@ def polypythia(points=20, first_step=1000):
     return pd.DataFrame(rows)
 
 
+# Laws a user would write (benchmarks/user_laws.py: no declared structure) on three real tables
+USER_TABLES = (
+    ("chinchilla_epoch", epoch, "epoch_kept rows"),
+    ("gadre_overtraining", lambda: gadre("rpj"), "c4_val, train_set rpj"),
+    ("porian_isoflop", lambda: porian(("rw", "base", "long", "kaplan", "kaplan", "train")),
+     "IsoFLOP points (n, t) of one configuration"),
+)
+
+
 def _fixed_build(load, fixed=None, note=""):
     return lambda: Built(load(), dict(fixed or {}), None, note)
 
@@ -402,6 +416,10 @@ def cases() -> list[Case]:
         out.append(Case("extra/porian_isoflop/" + "-".join(key) + "/chinchilla", "chinchilla",
                         "extra", "chinchilla",
                         _fixed_build(lambda key=key: porian(key), note="IsoFLOP points (n, t)")))
+    for table, load, note in USER_TABLES:
+        for name in USER_LAWS:
+            out.append(Case(f"user/{table}/{name}", "user", "user", f"user_{name}",
+                            _fixed_build(load, note=note)))
     out.append(Case("extra/regmix/chinchilla", "chinchilla", "extra", "chinchilla",
                     skip="each RegMix table holds one model size and one token budget (the 60M "
                          "runs' budget is not stated): no N or D variation for L(N, D)"))
