@@ -52,6 +52,18 @@ def test_every_registered_law_and_every_scalebench_law_is_a_case(suite, cases):
     assert first_other >= 2 * len(suite.SIM_LAWS) >= 8
 
 
+def test_user_cases_are_laws_the_engine_was_never_told_about(suite, cases):
+    """The user/ cases stand for laws a user brings: none is registered, and none declares
+    structure the sampler could use (linear coefficients, coordinate blocks, prior references)."""
+    user = [c for c in cases if c.kind == "user"]
+    assert len(user) == len(suite.USER_LAWS) * len(suite.USER_TABLES) >= 18
+    registered = set(bs.laws.names())
+    for c in user:
+        law = c.law()
+        assert law.name not in registered, law.name
+        assert not law.linear and not law.coordinates and not law.prior_references, law.name
+
+
 def test_selection_by_pattern_and_count(suite, cases):
     chosen = suite.select(cases, only=r"^sim/chinchilla/", max_cases=None)
     assert [c.name for c in chosen] == [f"sim/chinchilla/r{k}" for k in range(4)]
