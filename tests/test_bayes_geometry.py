@@ -123,3 +123,22 @@ def test_the_bayes_package_imports_no_law_module():
                 assert node.module == "laws" and node.level == 2, (path.name, node.module)
                 assert {a.name for a in node.names} <= {"Coordinates", "Law", "Param", "get"}, (
                     path.name, [a.name for a in node.names])
+
+
+def test_the_level_block_is_known_by_what_it_is_not_by_its_name():
+    """A law may call a block of its own "level ..."; only the package's level block (as declared,
+    and after a model resolved it, once or twice) is taken for it, e.g. by the level pivot."""
+    from bayes_scaling.bayes.coordinates import is_level_block, level_coordinates
+
+    own = _mid_coordinates()
+    own = Coordinates("level of the size term", own.params, own.coords, own.to_params,
+                      own.from_params, own.reference)
+    assert not is_level_block(own)
+    law = Law(name="level_named_block_test_law", params=LAW.params, variables=("N",), fn=_fn,
+              coordinates=(own,), linear=("E",))
+    spec = B.make_spec(law)
+    level = [b for b in spec.blocks if b.params == ("E",)]
+    assert len(level) == 1 and is_level_block(level[0]) and level[0] is not level_coordinates(("E",))
+    again = B.make_spec(law, coordinates=spec.blocks)  # blocks a model resolved, resolved again
+    assert [is_level_block(b) for b in again.blocks] == [b.params == ("E",) for b in again.blocks]
+    assert not any(is_level_block(b) for b in spec.blocks if b.params != ("E",))

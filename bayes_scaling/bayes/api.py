@@ -15,7 +15,7 @@ from ..checks import check_fit_options
 from ..errors import BayesScalingError, MultimodalWarning
 from ..objective import data_hash
 from .chains import drop_light_groups, modes_of_split_chains, weigh_modes
-from .coordinates import level_pivot, linear_block, signed_blocks
+from .coordinates import is_level_block, level_pivot, linear_block, signed_blocks
 from .distributions import FlatPrior, HUBER_C
 from .likelihood import STUDENT_DF
 from .model import pointwise_batch, recoord_batch, theta_s_batch
@@ -518,7 +518,7 @@ def _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw, method):
         if b.switch is not None and top.hessian_ok:
             alt = b.switch(lambda sv: spec.theta_s(sv, ref), jnp.asarray(top.s), top.cov,
                            ref[b.name], method)
-        elif b.name.startswith("level"):
+        elif is_level_block(b):
             alt = pivot
         blocks.append(alt if alt is not None else b)
         changed |= alt is not None

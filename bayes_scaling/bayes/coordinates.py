@@ -163,7 +163,7 @@ def level_pivot(spec, mode, data, method) -> Coordinates | None:
     tightly counts as much as a wide one), the diagonal of ``J C J^T`` with ``C`` the mode's
     covariance in the current sampling coordinates and ``J`` the Jacobian of the block's
     coordinates at each candidate ``x0``; candidates are taken one variable at a time, greedily."""
-    blocks = [b for b in spec.blocks if b.name.startswith("level")]
+    blocks = [b for b in spec.blocks if is_level_block(b)]
     if method != "nuts" or not blocks or not mode.hessian_ok:
         return None
     block = blocks[0]
@@ -251,6 +251,19 @@ def choose_blocks(law: Law, free: tuple, fixed: dict, coordinates="auto", level=
 
 
 _RESOLVED: dict = {}
+
+
+def is_level_block(block: Coordinates) -> bool:
+    """Whether ``block`` is a :func:`level_coordinates` block (as declared or as a model resolved
+    it), whatever its name: a law may declare a block of its own called "level"."""
+    origin = {id(resolved): o for resolved, o in _RESOLVED.values() if resolved is not o}
+    for _ in range(len(origin) + 1):  # a resolved block may be resolved again (a model's switch)
+        if any(block is b for b in _LEVEL_BLOCKS.values()):
+            return True
+        if id(block) not in origin:
+            return False
+        block = origin[id(block)]
+    return False
 
 
 def _resolve_block(block: Coordinates, law: Law) -> Coordinates:
