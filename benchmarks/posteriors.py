@@ -19,7 +19,13 @@ Cases (``--list`` prints them in the order they run; ``--only REGEX`` and ``--ma
   with the Chinchilla base fixed at its MAP fit on the phase-1 rows);
 - ``extra/<table>/...``: the Chinchilla law on the extra tables of ``../shared/datasets`` where
   its columns exist (porian_isoflop per configuration, misfitting_li2025's final checkpoints,
-  polypythia's loss curves); regmix is listed and skipped (no N or D variation).
+  polypythia's loss curves); regmix is listed and skipped (no N or D variation);
+- ``user/<table>/<law>``: six laws written as a new user would write them
+  (``benchmarks/user_laws.py``: Kaplan et al. 2020 Eq. 1.5, Chinchilla with a user's own bounds,
+  a powered sum, compute alone, log-linear, power terms of either sign; none registered, none
+  declaring linear coefficients, coordinate blocks or prior references) on three real tables
+  (chinchilla_epoch's kept rows, Gadre's c4_val rows of the rpj corpus, one porian_isoflop
+  configuration): what the default engine does with a law it was never told about.
 
 Per case and role (one JSON line each in ``benchmarks/out/posteriors/results.jsonl``):
 
