@@ -121,7 +121,9 @@ def test_a_lone_offset_is_sampled_as_the_laws_value_at_one_row():
                   seed=1).drop(columns="clean")
     post = quiet_posterior(law, df, seed=0, progress_bar=False)
     assert post.ok, post.diagnostics["failed"]
-    assert post.settings["coordinates"] == ["linear"] and post.spec.blocks[0].params == ("L0",)
+    # the offset as the law's value at a row; the power term A N^-alpha at its value at the centre
+    assert post.settings["coordinates"] == ["term_A", "linear"]
+    assert post.spec.blocks[-1].params == ("L0",)
     pts = B.data_pytree(post.spec, df)["ref"]["linear"]["x"]
     assert len(pts["N"]) == 1 and float(pts["N"][0]) in set(df["N"])
     for k, v in true.items():

@@ -16,6 +16,7 @@ from ..errors import BayesScalingError, MultimodalWarning
 from ..objective import data_hash
 from .chains import drop_light_groups, modes_of_split_chains, weigh_modes
 from .coordinates import is_level_block, level_pivot, linear_block, signed_blocks
+from .terms import power_blocks
 from .distributions import FlatPrior, HUBER_C
 from .likelihood import STUDENT_DF
 from .model import pointwise_batch, recoord_batch, theta_s_batch
@@ -506,9 +507,10 @@ def _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw, method):
     """Let each coordinate block with a ``switch`` look at the top mode and swap itself for
     coordinates that suit this table better, move the level block's centre where its terms are
     best determined (:func:`~.coordinates.level_pivot`), sample the signed coefficients the law
-    is affine in as its values at some rows (:func:`~.coordinates.linear_block`) and other wide
-    signed parameters on an asinh scale (:func:`~.coordinates.signed_blocks`); modes are
-    searched again in the new ones."""
+    is affine in as its values at some rows (:func:`~.coordinates.linear_block`), other wide
+    signed parameters on an asinh scale (:func:`~.coordinates.signed_blocks`) and, for NUTS, the
+    power terms among the parameters still sampled as themselves as their values at the centre
+    of the table (:func:`~.terms.power_blocks`); modes are searched again in the new ones."""
     top = modes[0]
     ref = data["ref"]
     blocks, changed = [], False
@@ -525,8 +527,10 @@ def _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw, method):
     linear = linear_block(spec, top, data)
     taken = {n for b in linear for n in b.params}
     signed = signed_blocks(spec, top, ref, skip=taken)
-    blocks += list(signed) + list(linear)  # the linear block reads the law: last
-    changed |= bool(signed) or bool(linear)
+    taken |= {n for b in signed for n in b.params}
+    power = power_blocks(spec, top, data, skip=taken) if method == "nuts" else ()
+    blocks += list(signed) + list(power) + list(linear)  # the linear block reads the law: last
+    changed |= bool(signed) or bool(linear) or bool(power)
     if not changed:
         return spec, data, modes
     new = make_spec(spec.law, coordinates=tuple(blocks), **kw)

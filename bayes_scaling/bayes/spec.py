@@ -21,6 +21,7 @@ from .coordinates import choose_blocks
 from .distributions import FLAT_PRIORS, HUBER_C, log_abs_det_jacobian
 from .likelihood import STUDENT_DF, check_likelihood, log_likelihood
 from .priors import SCALE, default_priors, log_scale, prior_given
+from .terms import is_term_block
 
 # width, in log theta, of the soft bounds of the sampled density (see Spec.soft_bounds)
 SOFT_BOUND_WIDTH = 0.5
@@ -181,11 +182,12 @@ class Spec:
     def _soft(self, p) -> bool:
         """Whether ``p``'s finite bounds are soft in the sampled density: a positive parameter
         (:func:`log_scale`) computed by a coordinate block (which keeps it positive itself), or a
-        signed one sampled on the asinh scale (:func:`~.coordinates.signed_coordinates`) or as the
-        law's values (:func:`~.coordinates.linear_coordinates`)."""
+        signed one sampled on the asinh scale (:func:`~.coordinates.signed_coordinates`), as the
+        law's values (:func:`~.coordinates.linear_coordinates`) or as a power term's value at the
+        centre of the table (:func:`~.terms.term_coordinates`)."""
         if p.lower < 0 < p.upper and any(
                 b.name == f"signed_{p.name}" or (b.name == "linear" and p.name in b.params)
-                for b in self.blocks):
+                or (p.name in b.params and is_term_block(b)) for b in self.blocks):
             return True
         return log_scale(p) and any(p.name in b.params for b in self.blocks)
 
