@@ -11,6 +11,7 @@ import pytest
 from conftest import assert_exact_change_of_variables, quiet_posterior, simulate
 
 from bayes_scaling import bayes as B
+from bayes_scaling.bayes import spec as spec_module
 from bayes_scaling.bayes.modes import find_modes, map_stage
 from bayes_scaling.bayes.terms import power_blocks, term_coordinates
 from bayes_scaling.laws import Law, Param
@@ -87,3 +88,28 @@ def test_a_law_with_no_declared_structure_is_sampled_in_its_terms_and_recovered(
     # Laplace keeps the parameters as they are (every study scored with it is unchanged)
     lap = quiet_posterior(LAW, table, seed=0, method="laplace")
     assert lap.settings["coordinates"] == []
+
+
+def test_a_terms_coefficient_has_soft_bounds_whatever_its_init_range(table):
+    """A coefficient whose init range starts at 0 (ScaleBench's ``cN`` in (0, 500)) is not on a log
+    scale, so its bounds were hard: in the term's coordinates its upper bound is a wall that moves
+    with the exponent (parallel stack ``sl_2``: about 220 divergences at every step size, refused
+    at seeds 0-2). Past the bound the density now falls continuously."""
+    params = tuple(Param("A", 0.0, 500.0, (0.0, 500.0)) if p.name == "A" else p
+                   for p in LAW.params)
+    law = Law(name="power_terms_bounded_test_law", params=params, variables=("N", "D"), fn=_fn)
+    spec = B.make_spec(law, coordinates=(term_coordinates("A", "a", "N", -1, True),))
+    data = B.data_pytree(spec, table)
+    ref = data["ref"]
+
+    def density(A):
+        return float(spec.log_joint_s(spec.s({**TRUE, "A": A, "sigma": 0.004}, ref), data))
+
+    inside, just_out = density(499.999), density(500.001)
+    assert np.isfinite(just_out) and just_out == pytest.approx(inside, abs=0.05)
+    assert np.isfinite(density(900.0))
+    # the penalty past the bound: 0 inside, Gaussian in log A beyond (Spec.soft_bounds)
+    width = spec_module.SOFT_BOUND_WIDTH
+    assert float(spec.soft_bounds({**TRUE, "A": 450.0, "sigma": 0.004})) == 0.0
+    assert float(spec.soft_bounds({**TRUE, "A": 900.0, "sigma": 0.004})) == pytest.approx(
+        -0.5 * (np.log(900.0 / 500.0) / width) ** 2, rel=1e-9)

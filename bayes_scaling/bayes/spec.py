@@ -180,14 +180,17 @@ class Spec:
                    for p in self.free)
 
     def _soft(self, p) -> bool:
-        """Whether ``p``'s finite bounds are soft in the sampled density: a positive parameter
-        (:func:`log_scale`) computed by a coordinate block (which keeps it positive itself), or a
-        signed one sampled on the asinh scale (:func:`~.coordinates.signed_coordinates`), as the
-        law's values (:func:`~.coordinates.linear_coordinates`) or as a power term's value at the
-        centre of the table (:func:`~.terms.term_coordinates`)."""
+        """Whether ``p``'s finite bounds are soft in the sampled density: the coefficient of a
+        power term sampled at its value at the centre of the table (:func:`~.terms.term_coordinates`,
+        of either sign), a positive parameter (:func:`log_scale`) computed by a coordinate block
+        (which keeps it positive itself), or a signed one sampled on the asinh scale
+        (:func:`~.coordinates.signed_coordinates`) or as the law's values
+        (:func:`~.coordinates.linear_coordinates`)."""
+        if any(is_term_block(b) and b.params[0] == p.name for b in self.blocks):
+            return True  # a term's coefficient, whatever its init range (a bound is a wall)
         if p.lower < 0 < p.upper and any(
                 b.name == f"signed_{p.name}" or (b.name == "linear" and p.name in b.params)
-                or (p.name in b.params and is_term_block(b)) for b in self.blocks):
+                for b in self.blocks):
             return True
         return log_scale(p) and any(p.name in b.params for b in self.blocks)
 
