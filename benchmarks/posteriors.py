@@ -731,6 +731,42 @@ def compare(records) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def paired(records, engine: str) -> str:
+    """The default runs measured on ``engine`` against the same (case, seed) on the engine
+    measured before it (the latest earlier line of another engine): a markdown table per case
+    and a totals line (runs converged, median seconds, the paired ratio of seconds)."""
+    before, after = {}, {}
+    for r in records:
+        if r.get("role") != "default" or r.get("status") not in ("converged", "not converged"):
+            continue
+        key = (r["case"], r["seed"])
+        if r.get("engine") == engine:
+            after[key] = r
+        elif key not in after:  # the engine before it, not a rerun of an older one after it
+            before[key] = r
+    keys = sorted(k for k in after if k in before)
+    if not keys:
+        return f"no (case, seed) measured on {engine} and before it"
+    lines = [f"Default runs on engine {engine} against the engine before it, same case and seed "
+             f"({len(keys)} runs):", "",
+             "| case | converged before | after | seconds before (seeds) | after |", "|---|---|---|---|---|"]
+    ratios = []
+    for case in dict.fromkeys(c for c, _ in keys):
+        ks = [k for k in keys if k[0] == case]
+        b, a = [before[k] for k in ks], [after[k] for k in ks]
+        ratios += [x["seconds"] / y["seconds"] for x, y in zip(a, b) if y["seconds"] > 0]
+        conv = [f"{sum(r['status'] == 'converged' for r in g)}/{len(g)}" for g in (b, a)]
+        secs = [", ".join(f"{r['seconds']:.0f}" for r in g) for g in (b, a)]
+        lines.append(f"| {case} | {conv[0]} | {conv[1]} | {secs[0]} | {secs[1]} |")
+    nb = sum(before[k]["status"] == "converged" for k in keys)
+    na = sum(after[k]["status"] == "converged" for k in keys)
+    lines += ["", f"Converged: {nb}/{len(keys)} before, {na}/{len(keys)} after. Median seconds "
+              f"{_median([before[k]['seconds'] for k in keys]):.1f} before, "
+              f"{_median([after[k]['seconds'] for k in keys]):.1f} after; median paired ratio "
+              f"{_median(ratios):.2f}, faster in {sum(x < 1 for x in ratios)} of {len(ratios)}."]
+    return "\n".join(lines)
+
+
 def _pct(a, b):
     return f"{100 * a / b:.1f}% ({a}/{b})" if b else "-"
 
@@ -888,6 +924,9 @@ def main(argv=None):
     ap.add_argument("--default-timeout", type=float, default=3600.0,
                     help="wall-clock cap of the three default runs of a case, seconds")
     ap.add_argument("--summary-only", action="store_true")
+    ap.add_argument("--paired", metavar="ENGINE",
+                    help="print the default runs measured on ENGINE against the same (case, "
+                         "seed) on the engine before it, and exit")
     ap.add_argument("--write", action="store_true",
                     help="also put the totals in BENCHMARKS.md's 'Posterior suite' section")
     ap.add_argument("--results", default=str(RESULTS))
@@ -905,6 +944,9 @@ def main(argv=None):
             resource.setrlimit(resource.RLIMIT_CPU, (args.cpu_cap, args.cpu_cap + 5))
         name, role, *seeds = args.worker
         run_role(by_name[name], role, [int(s) for s in seeds], path)
+        return
+    if args.paired:
+        print(paired(read_results(path), args.paired))
         return
     chosen = select(all_cases, args.only, args.max_cases)
     if args.list:

@@ -240,3 +240,20 @@ def test_a_default_run_over_its_wall_clock_cap_is_recorded(suite, cases, tmp_pat
     recs = suite.read_results(path)
     assert [(r["seed"], r["status"]) for r in recs] == [(0, "timeout"), (1, "timeout")]
     assert "wall-clock cap" in recs[0]["error"]
+
+
+def test_paired_compares_each_run_with_the_engine_before_it(suite):
+    def rec(case, seed, engine, status, seconds):
+        return dict(case=case, role="default", seed=seed, engine=engine, status=status,
+                    seconds=seconds)
+
+    records = [rec("a", 0, "old", "converged", 10.0), rec("a", 1, "old", "not converged", 40.0),
+               rec("b", 0, "older", "converged", 8.0), rec("b", 0, "old", "converged", 20.0),
+               rec("a", 0, "new", "converged", 5.0), rec("a", 1, "new", "converged", 10.0),
+               rec("b", 0, "new", "converged", 30.0), rec("b", 0, "newer", "converged", 1.0),
+               rec("c", 0, "new", "converged", 3.0)]  # c: nothing before it, left out
+    text = suite.paired(records, "new")
+    assert "| a | 1/2 | 2/2 | 10, 40 | 5, 10 |" in text
+    assert "| b | 1/1 | 1/1 | 20 | 30 |" in text and "| c |" not in text
+    assert "Converged: 2/3 before, 3/3 after" in text
+    assert "median paired ratio 0.50, faster in 2 of 3" in text
