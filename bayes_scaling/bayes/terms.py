@@ -10,8 +10,6 @@ term's value at the centre of the table instead of ``c`` makes the ridge the lin
 """
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -130,22 +128,18 @@ def _term(c, e, logs, grads):
     """``(variable, sign)`` when ``(c, e)`` is a power term in that variable at every point."""
     for v, lv in logs.items():
         for sign in (-1, 1):
-            ok = True
-            for full, f, J in grads:
-                cv = float(full[c])
-                dc, de = J[c] * cv, J[e]
-                if not (np.all(np.isfinite(dc)) and np.all(np.isfinite(de))):
-                    ok = False
-                    break
-                size = np.max(np.abs(f)) + 1e-300
-                if np.max(np.abs(dc)) < TERM_VISIBLE * size or cv == 0.0:
-                    ok = False
-                    break
-                resid = de - sign * lv * dc
-                scale = np.max(np.abs(de)) + np.max(np.abs(lv * dc))
-                if not np.max(np.abs(resid)) <= TERM_RTOL * scale + 1e-300:
-                    ok = False
-                    break
-            if ok and math.isfinite(float(np.ptp(lv))):
+            if all(_term_at(c, e, lv, sign, *g) for g in grads):
                 return v, sign
     return None
+
+
+def _term_at(c, e, lv, sign, full, f, J) -> bool:
+    """At one point: ``d f / d e = sign c log(v) d f / d c`` at every row, the term visible."""
+    cv = float(full[c])
+    dc, de = J[c] * cv, J[e]
+    if cv == 0.0 or not (np.all(np.isfinite(dc)) and np.all(np.isfinite(de))):
+        return False
+    if np.max(np.abs(dc)) < TERM_VISIBLE * (np.max(np.abs(f)) + 1e-300):
+        return False
+    scale = np.max(np.abs(de)) + np.max(np.abs(lv * dc))
+    return bool(np.max(np.abs(de - sign * lv * dc)) <= TERM_RTOL * scale + 1e-300)
