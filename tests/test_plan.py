@@ -76,7 +76,9 @@ def test_planner_finds_the_crossing_optimum():
 
 
 def test_planner_finds_an_interior_optimum_of_one_boundary():
-    f = lambda r: max(D_target(r), D_source(r, SRC_I))
+    def f(r):
+        return max(D_target(r), D_source(r, SRC_I))
+
     ref = minimize_scalar(f, bounds=(1e-4, 0.999), method="bounded", options={"xatol": 1e-12})
     d = plan(point(TGT), point(SRC_I)).deterministic
     assert abs(d.replay - ref.x) < 1e-3

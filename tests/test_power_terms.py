@@ -78,6 +78,14 @@ def test_the_term_coordinates_are_an_exact_change_of_variables(table):
         spec, data, [s0 + 0.1 * rng.standard_normal(len(s0)) for _ in range(3)])
 
 
+
+def test_the_older_power_coordinates_name_is_the_positive_inverse_power_term():
+    with pytest.warns(DeprecationWarning, match="term_coordinates"):
+        block = B.power_coordinates("A", "a", "N")
+    assert block is term_coordinates("A", "a", "N", -1, True)
+    assert block.name == "term_A" and block.coords[0].name == "log_A_term_at_centre"
+
+
 def test_a_law_with_no_declared_structure_is_sampled_in_its_terms_and_recovered(table):
     post = quiet_posterior(LAW, table, seed=0, progress_bar=False)
     assert post.ok, post.diagnostics["failed"]

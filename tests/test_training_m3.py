@@ -188,7 +188,9 @@ def test_epochs_reshuffle_and_cover_the_target_exactly_once():
     tw, te, hw = [], [], []
     for step in range(40):
         is_t, win, ep = b.sources(step)
-        tw += list(win[is_t]); te += list(ep[is_t]); hw += list(win[~is_t])
+        tw += list(win[is_t])
+        te += list(ep[is_t])
+        hw += list(win[~is_t])
         x, _ = b(step, Mixture.constant({"fr": 1, "en": 2})(step))
         assert np.array_equal((x[:, 0] < 100).numpy(), is_t)      # target rows are target text
         assert all(int(x[i, 0]) == win[i] for i in np.flatnonzero(is_t))

@@ -59,6 +59,7 @@ from .posterior import Posterior, extrapolation_distance, load_posterior
 from .priors import (SCALE, AtReference, default_prior, default_priors, draw_prior, log_scale,
                      plain_priors, prior_given, prior_loc_scale, prior_order, prior_table)
 from .spec import Spec, data_pytree, make_spec
+from .terms import term_coordinates
 
 
 __all__ = [
@@ -71,5 +72,6 @@ __all__ = [
     "level_coordinates", "load_posterior", "log_abs_det_jacobian", "log_scale",
     "log_likelihood", "make_spec", "map_estimate", "plain_priors", "power_coordinates",
     "prior_given", "prior_loc_scale", "prior_order", "prior_table", "standard_noise",
+    "term_coordinates",
     "use_chain_devices", "with_discrepancy",
 ]

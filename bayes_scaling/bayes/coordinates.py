@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -20,32 +21,22 @@ import scipy.linalg
 from ..errors import BayesScalingError
 from ..laws import Coordinates, Law, Param
 from ..programs import Programs
+from .terms import term_coordinates
 
 
 def power_coordinates(coef="A", exponent="alpha", variable="N") -> Coordinates:
-    """Centred coordinates for a power term ``coef / v^exponent``.
+    """Deprecated: ``term_coordinates(coef, exponent, variable, sign=-1, positive=True)``.
 
-    ``coef_at_centre = log coef - exponent log v0`` (the term's log value at ``v0``, the
-    geometric mean of ``v`` over the table) replaces ``coef``; the exponent is kept. The data pin
-    the term near the centre of the table, so ``log coef`` and the exponent are otherwise tied by
-    ``log coef = c + exponent log v0``: a line in ``(log coef, exponent)`` but a curve in the
-    ``(log coef, log exponent)`` space exponents are sampled in. Here it is straight.
+    Centred coordinates for a power term ``coef / v^exponent`` (its log value at the centre of the
+    table replaces ``coef``; :mod:`.terms` has the math). The coordinate is now named
+    ``log_{coef}_term_at_centre`` and the block ``term_{coef}``; the power terms of any law are
+    also found at the posterior mode without declaring them (:func:`.terms.power_blocks`).
     """
-    name = f"{coef}_at_centre"
-
-    def ref(x):
-        return {"L0": jnp.mean(jnp.log(x[variable]))}
-
-    def to_params(c, r):
-        return {coef: jnp.exp(c[name] + c[exponent] * r["L0"]), exponent: c[exponent]}
-
-    def from_params(p, r):
-        return {name: jnp.log(p[coef]) - p[exponent] * r["L0"], exponent: p[exponent]}
-
-    return Coordinates(f"power_{coef}", (coef, exponent),
-                       (Param(name, init=(-5.0, 5.0), doc=f"log {coef}/{variable}^{exponent} at the "
-                                                          "centre of the table"), exponent),
-                       to_params, from_params, ref, power_coordinates.__doc__)
+    warnings.warn("bs.bayes.power_coordinates is deprecated: use bs.bayes.term_coordinates(coef, "
+                  "exponent, variable, sign=-1, positive=True) (coordinate "
+                  f"'log_{coef}_term_at_centre', block 'term_{coef}')", DeprecationWarning,
+                  stacklevel=2)
+    return term_coordinates(coef, exponent, variable, sign=-1, positive=True)
 
 
 def _centre_row(x):
@@ -158,7 +149,7 @@ def level_pivot(spec, mode, data, method) -> Coordinates | None:
     ``log eta`` NUTS samples, where it diverges. At the smaller stage the floor's value tends to
     the pinned difference and the ridge is straight. Generally: the coordinates of a term are
     best centred where the term is best determined (for a term of many values, the centre of the
-    table; :func:`power_coordinates`). The criterion is the product of the Laplace variances of
+    table; :func:`.terms.term_coordinates`). The criterion is the product of the Laplace variances of
     the block's coordinates (``log_level`` and the shares; a sum of logs, so a share the data pin
     tightly counts as much as a wide one), the diagonal of ``J C J^T`` with ``C`` the mode's
     covariance in the current sampling coordinates and ``J`` the Jacobian of the block's

@@ -30,8 +30,8 @@ def term_coordinates(coef: str, exponent: str, variable: str, sign: int,
     With ``L0`` the mean of ``log variable`` over the table, the term's value at the centre is
     ``T = coef exp(sign exponent L0)``; ``T`` (a coefficient of either sign, ``log |det| =
     -sign exponent L0``) or ``log T`` (a positive one, ``log |det| = log coef``) replaces
-    ``coef``, and the exponent is kept. :func:`~.coordinates.power_coordinates` is the case
-    ``sign = -1``, ``positive=True`` declared by a law; this one is found at the mode."""
+    ``coef``, and the exponent is kept. A law may declare such a block (``Law.coordinates``);
+    :func:`power_blocks` finds them at the mode."""
     key = (coef, exponent, variable, int(sign), bool(positive))
     if key in _TERM_BLOCKS:
         return _TERM_BLOCKS[key]
