@@ -294,6 +294,9 @@ def interval_version() -> str:
 #: next to its bounds; before, such laws' Laplace fits had unit curvature; ``e3``: the MAP stage
 #: starts only where the density is finite, ``bs.bayes.modes.screened_inits``).
 ENGINE_TAG = "e3"
+#: The same for NUTS posteriors only (``e4``: power terms of any law found at the mode and sampled
+#: at their value at the centre of the table, ``bs.bayes.terms``; Laplace keeps its coordinates).
+NUTS_ENGINE_TAG = "e4"
 
 
 def likelihood_kw(method: str) -> tuple[str, dict]:
@@ -318,7 +321,7 @@ def cache_dir(variant: str, method: str) -> Path:
     tag = ("v1" if variant == "before" else "x1" if variant.startswith("expansion")
            else "b1" if variant in BASELINE_VARIANTS else interval_version())
     if variant in ("before", "after"):
-        tag = f"{tag}-{ENGINE_TAG}"
+        tag = f"{tag}-{NUTS_ENGINE_TAG if method.partition('@')[0] == 'nuts' else ENGINE_TAG}"
     return CACHE / method / f"{variant}-{tag}"
 
 
