@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import time
 import warnings
@@ -189,7 +190,7 @@ def cli_advice(post) -> str:
     advice = (post.diagnostics.get("advice") or ["see the diagnostics"])[0]
     for python, cli in CLI_SPELLING.items():
         advice = advice.replace(python, cli)
-    return advice
+    return re.sub(r"fixed=\{'(\w+)': value\}", r"--fixed \1=VALUE", advice)
 
 
 def unconverged_label(post) -> str:

@@ -241,3 +241,35 @@ def test_chains_run_on_keep_their_draws_adaptation_and_state(table):
     a, b = s[:, :200].reshape(-1, s.shape[-1]), s[:, 200:].reshape(-1, s.shape[-1])
     assert np.all(np.abs(a.mean(0) - b.mean(0)) < 0.5 * a.std(0) + 1e-12)
     assert nuts.RESUME in extra and extra["diverging"].shape == (2, 500)
+
+
+def test_a_parameter_the_data_barely_inform_is_named_with_its_ridge_and_the_fix_first():
+    """``prior_bound_advice``: a failing parameter whose posterior is as wide as its prior (here
+    ``k``, drawn from its prior, with ``alpha`` moving along it) gets advice that names the
+    ridge and says to fix it or inform its prior; a failing parameter the data pin does not."""
+    import jax
+
+    from bayes_scaling.bayes.priors import draw_prior
+    from bayes_scaling.bayes.spec import make_spec
+    from bayes_scaling.cli_commands import cli_advice
+
+    spec = make_spec(BLIND)
+    rng = np.random.default_rng(0)
+    k = draw_prior(spec.priors, jax.random.PRNGKey(7), shape=(2000,))["k"]
+    z = (k - k.mean()) / k.std()
+    post = {"E": 1.5 + 0.01 * rng.standard_normal(2000),
+            "A": 30 * np.exp(0.01 * rng.standard_normal(2000)),
+            "alpha": 0.4 + 0.01 * z + 1e-4 * rng.standard_normal(2000), "k": k,
+            "sigma": np.full(2000, 0.01)}
+    advice = nuts.prior_bound_advice(spec, post, ["k", "E"])
+    assert len(advice) == 1 and advice[0].startswith("k: ")
+    assert "along a ridge with alpha" in advice[0] and "fixed={'k': value}" in advice[0]
+    share = float(advice[0].split("is ")[1].split("%")[0]) / 100
+    assert 0.8 < share < 1.25  # the same distribution, up to the draws' noise
+    # a parameter the data pin, and a flat prior (no width to compare with), get none
+    assert nuts.prior_bound_advice(spec, post, ["alpha"]) == []
+    flat = make_spec(BLIND, priors={"k": FlatPrior()})
+    assert nuts.prior_bound_advice(flat, post, ["k"]) == []
+    # the command line reads the first advice in its own spelling
+    fake = type("P", (), {"diagnostics": {"advice": advice}})()
+    assert "--fixed k=VALUE" in cli_advice(fake)

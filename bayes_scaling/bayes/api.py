@@ -22,8 +22,9 @@ from .likelihood import STUDENT_DF
 from .model import pointwise_batch, recoord_batch, theta_s_batch
 from .modes import find_modes, map_stage, refine_mode, sample_laplace
 from .nuts import (CONTINUE, LADDER_RETRIES, RESUME, RHAT_MAX, chain_groups,
-                   combine_diagnostics, continue_nuts, draws_whitening, mixture_draws,
-                   next_attempt, nuts_diagnostics, run_modes, run_nuts, warn_diagnostics)
+                   combine_diagnostics, continue_nuts, draws_whitening, failing_params,
+                   mixture_draws, next_attempt, nuts_diagnostics, prior_bound_advice, run_modes,
+                   run_nuts, warn_diagnostics)
 from .posterior import Posterior
 from .priors import AtReference, log_scale, prior_loc_scale
 from .spec import data_pytree, make_spec
@@ -255,6 +256,8 @@ def fit_posterior(
         diag["attempts"] = attempts
         if not diag["ok"]:  # what the engine tried, where the refusal (ConvergenceError) says it
             diag["failed"].append(_attempts_summary(attempts, retries))
+            # first: where the data barely inform a parameter, more draws are not the fix
+            diag["advice"][:0] = prior_bound_advice(spec, idata.posterior, failing_params(diag))
     diag["seconds"] = time.perf_counter() - t0
     diag["seconds_modes"] = t_modes
     modes_df = _modes_table(spec, data, modes)

@@ -17,8 +17,10 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
-from ..errors import ConvergenceWarning
+from ..errors import BayesScalingError, ConvergenceWarning
+from .distributions import FlatPrior
 from .model import cached, log_joint_batch, log_joint_z
+from .priors import draw_prior
 from .spec import Spec
 
 
@@ -417,6 +419,50 @@ def failing_params(diag) -> list[str]:
                 or any(e is not None and e < thr.get("ess", 0) for e in (b, t))):
             out.append(p)
     return out
+
+
+#: a failing parameter whose posterior 90% interval is at least this share of its prior's is
+#: one the data barely inform (:func:`prior_bound_advice`)
+PRIOR_BOUND_SHARE = 0.5
+
+
+def prior_bound_advice(spec: Spec, posterior, params, n: int = 4000) -> list[str]:
+    """What to do about failing ``params`` the data barely inform: each whose posterior 90%
+    interval (on the log scale for a positive parameter) is at least :data:`PRIOR_BOUND_SHARE`
+    of its prior's, with the parameters its draws move with (``|corr| > 0.9``). Its posterior is
+    then mostly its prior along a ridge of the likelihood (e.g. a power term's coefficient,
+    exponent and an offset when its input takes two values), which NUTS mixes slowly; more draws
+    rarely help. ``posterior``: a mapping of parameter draws (``idata.posterior``)."""
+    proper = {k: d for k, d in spec.priors.items() if not isinstance(d, FlatPrior)}
+    if not any(p in proper for p in params):
+        return []
+    try:  # a prior given a parameter with a flat prior has no draws either
+        prior = draw_prior(proper, jax.random.PRNGKey(0), fixed=spec.fixed, shape=(n,))
+    except (BayesScalingError, KeyError):
+        return []
+
+    def scaled(*xs):  # the log scale when every draw is positive
+        xs = [np.asarray(x, float).ravel() for x in xs]
+        return [np.log(x) for x in xs] if all(np.all(x > 0) for x in xs) else xs
+
+    post = {k: scaled(posterior[k])[0] for k in spec.names if k in posterior}
+    advice = []
+    for p in params:
+        if p not in post or p not in prior:
+            continue
+        x, x0 = scaled(posterior[p], prior[p])
+        share = np.ptp(np.quantile(x, [0.05, 0.95])) / np.ptp(np.quantile(x0, [0.05, 0.95]))
+        if not np.isfinite(share) or share < PRIOR_BOUND_SHARE:
+            continue
+        with np.errstate(all="ignore"):
+            partners = [q for q in post
+                        if q != p and abs(np.corrcoef(post[p], post[q])[0, 1]) > 0.9]
+        along = f", along a ridge with {', '.join(partners)}" if partners else ""
+        advice.append(f"{p}: its posterior 90% interval is {share:.0%} as wide as its prior's: "
+                      f"the data barely inform it{along}, so its posterior is mostly its prior "
+                      f"and more draws rarely help; fix it (fixed={{'{p}': value}}), give it an "
+                      "informative prior, or add runs that vary the input it acts on")
+    return advice
 
 
 def describe_attempts(attempts) -> list[str]:
