@@ -429,10 +429,10 @@ PRIOR_BOUND_SHARE = 0.5
 def prior_bound_advice(spec: Spec, posterior, params, n: int = 4000) -> list[str]:
     """What to do about failing ``params`` the data barely inform: each whose posterior 90%
     interval (on the log scale for a positive parameter) is at least :data:`PRIOR_BOUND_SHARE`
-    of its prior's, with the parameters its draws move with (``|corr| > 0.9``). Its posterior is
-    then mostly its prior along a ridge of the likelihood (e.g. a power term's coefficient,
-    exponent and an offset when its input takes two values), which NUTS mixes slowly; more draws
-    rarely help. ``posterior``: a mapping of parameter draws (``idata.posterior``)."""
+    of its prior's, with the parameters its draws move with (rank correlation above 0.9 in
+    absolute value). Its posterior is then mostly its prior along a ridge of the likelihood (e.g.
+    a power term's coefficient, exponent and an offset when its input takes two values), which
+    NUTS mixes slowly; more draws rarely help. ``posterior``: a mapping of parameter draws (``idata.posterior``)."""
     proper = {k: d for k, d in spec.priors.items() if not isinstance(d, FlatPrior)}
     if not any(p in proper for p in params):
         return []
@@ -446,6 +446,7 @@ def prior_bound_advice(spec: Spec, posterior, params, n: int = 4000) -> list[str
         return [np.log(x) for x in xs] if all(np.all(x > 0) for x in xs) else xs
 
     post = {k: scaled(posterior[k])[0] for k in spec.names if k in posterior}
+    ranks = {k: np.argsort(np.argsort(v)) for k, v in post.items()}  # a ridge may be curved
     advice = []
     for p in params:
         if p not in post or p not in prior:
@@ -456,7 +457,7 @@ def prior_bound_advice(spec: Spec, posterior, params, n: int = 4000) -> list[str
             continue
         with np.errstate(all="ignore"):
             partners = [q for q in post
-                        if q != p and abs(np.corrcoef(post[p], post[q])[0, 1]) > 0.9]
+                        if q != p and abs(np.corrcoef(ranks[p], ranks[q])[0, 1]) > 0.9]
         along = f", along a ridge with {', '.join(partners)}" if partners else ""
         advice.append(f"{p}: its posterior 90% interval is {share:.0%} as wide as its prior's: "
                       f"the data barely inform it{along}, so its posterior is mostly its prior "
