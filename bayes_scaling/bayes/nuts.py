@@ -462,7 +462,7 @@ def prior_bound_advice(spec: Spec, posterior, params, n: int = 4000) -> list[str
         advice.append(f"{p}: its posterior 90% interval is {share:.0%} as wide as its prior's: "
                       f"the data barely inform it{along}, so its posterior is mostly its prior "
                       f"and more draws rarely help; fix it (fixed={{'{p}': value}}), give it an "
-                      "informative prior, or add runs that vary the input it acts on")
+                      "informative prior, or add runs that tell it from the parameters it trades with")
     return advice
 
 
