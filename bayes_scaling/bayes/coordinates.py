@@ -149,8 +149,8 @@ def level_pivot(spec, mode, data, method) -> Coordinates | None:
     ``log eta`` NUTS samples, where it diverges. At the smaller stage the floor's value tends to
     the pinned difference and the ridge is straight. Generally: the coordinates of a term are
     best centred where the term is best determined (for a term of many values, the centre of the
-    table; :func:`.terms.term_coordinates`). The criterion is the product of the Laplace variances of
-    the block's coordinates (``log_level`` and the shares; a sum of logs, so a share the data pin
+    table; :func:`.terms.term_coordinates`). The criterion is the product of the Laplace variances
+    of the block's coordinates (``log_level`` and the shares; a sum of logs, so a share the data pin
     tightly counts as much as a wide one), the diagonal of ``J C J^T`` with ``C`` the mode's
     covariance in the current sampling coordinates and ``J`` the Jacobian of the block's
     coordinates at each candidate ``x0``; candidates are taken one variable at a time, greedily."""

@@ -432,7 +432,8 @@ def prior_bound_advice(spec: Spec, posterior, params, n: int = 4000) -> list[str
     of its prior's, with the parameters its draws move with (rank correlation above 0.9 in
     absolute value). Its posterior is then mostly its prior along a ridge of the likelihood (e.g.
     a power term's coefficient, exponent and an offset when its input takes two values), which
-    NUTS mixes slowly; more draws rarely help. ``posterior``: a mapping of parameter draws (``idata.posterior``)."""
+    NUTS mixes slowly; more draws rarely help. ``posterior``: a mapping of parameter draws
+    (``idata.posterior``)."""
     proper = {k: d for k, d in spec.priors.items() if not isinstance(d, FlatPrior)}
     if not any(p in proper for p in params):
         return []
@@ -462,7 +463,8 @@ def prior_bound_advice(spec: Spec, posterior, params, n: int = 4000) -> list[str
         advice.append(f"{p}: its posterior 90% interval is {share:.0%} as wide as its prior's: "
                       f"the data barely inform it{along}, so its posterior is mostly its prior "
                       f"and more draws rarely help; fix it (fixed={{'{p}': value}}), give it an "
-                      "informative prior, or add runs that tell it from the parameters it trades with")
+                      "informative prior, or add runs that tell it from the parameters it "
+                      "trades with")
     return advice
 
 
