@@ -273,3 +273,33 @@ def test_a_parameter_the_data_barely_inform_is_named_with_its_ridge_and_the_fix_
     # the command line reads the first advice in its own spelling
     fake = type("P", (), {"diagnostics": {"advice": advice}})()
     assert "--fixed k=VALUE" in cli_advice(fake)
+
+
+def _idata(shift, depth_hit_share, depth=10, chains=4, draws=500):
+    """Draws of one parameter, chain 0 moved by ``shift`` sds (R-hat fails when large), with a
+    share of the iterations at the maximum tree depth."""
+    import arviz as az
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((chains, draws))
+    x[0] += shift
+    hit = rng.random((chains, draws)) < depth_hit_share
+    return az.from_dict(posterior={"E": x},
+                        sample_stats={"tree_depth": np.where(hit, depth, 3),
+                                      "diverging": np.zeros((chains, draws), bool),
+                                      "energy": rng.standard_normal((chains, draws))})
+
+
+def test_a_failed_run_at_its_maximum_tree_depth_says_why_more_draws_come_dear():
+    """The share of iterations at the maximum tree depth is not a failure of its own, but when a
+    run fails and spends much of its time at the cap, the advice names it with the share."""
+    failed = nuts.nuts_diagnostics(_idata(1.0, 0.6), ["E"], 4, 10)
+    assert not failed["ok"] and 0.55 < failed["tree_depth_hits"] < 0.65
+    depth = [a for a in failed["advice"] if "maximum tree depth" in a]
+    assert len(depth) == 1 and "(10) in 6" in depth[0] and "1023 gradients" in depth[0]
+    # the same failure without the cap reached: no such advice
+    shallow = nuts.nuts_diagnostics(_idata(1.0, 0.0), ["E"], 4, 10)
+    assert not shallow["ok"] and not any("tree depth" in a for a in shallow["advice"])
+    # a run that passes its checks at the cap passes: the draws are valid
+    fine = nuts.nuts_diagnostics(_idata(0.0, 0.9), ["E"], 4, 10)
+    assert fine["ok"] and fine["advice"] == []

@@ -28,6 +28,8 @@ from .spec import Spec
 RHAT_MAX = 1.01
 ESS_PER_CHAIN = 100
 BFMI_MIN = 0.3
+#: share of iterations at the maximum tree depth from which a failed run's advice names it
+DEPTH_HITS_ADVICE = 0.25
 
 
 def _whitened_model(spec: Spec):
@@ -196,6 +198,15 @@ def nuts_diagnostics(idata, names, num_chains, max_tree_depth) -> dict:
         failed.append(f"BFMI {bfmi.min():.2f} < {BFMI_MIN}: the energy of the chains moves slowly "
                       "(heavy tails or a funnel)")
         advice.append("reparameterise or tighten the prior of the heavy-tailed parameter")
+    if failed and depth_hits >= DEPTH_HITS_ADVICE:
+        # not a failure of its own (the draws are valid), but why more draws come dear: every
+        # iteration at the cap costs 2^max_tree_depth gradients and still ends its path early
+        advice.append(f"the sampler reached its maximum tree depth ({max_tree_depth}) in "
+                      f"{100 * depth_hits:.0f}% of iterations: the posterior is a long or curved "
+                      "ridge the mass matrix does not straighten, so each draw costs "
+                      f"{2 ** max_tree_depth - 1} gradients and more draws come dear; fix or "
+                      "inform the parameters along the ridge (az.plot_pair), or raise "
+                      "max_tree_depth")
     d["failed"], d["advice"], d["ok"] = failed, advice, not failed
     return d
 
