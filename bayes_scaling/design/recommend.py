@@ -341,8 +341,10 @@ def recommend_figure(pool: pd.DataFrame, rec: pd.DataFrame, *, law, cost, target
             hx, hy = coords(pool.loc[rec["row"]])
             ax.scatter(hx, hy, s=60, c="C3", label=f"recommended ({len(rec)})", zorder=3)
             for k, (a, b) in enumerate(zip(hx, hy), 1):
-                ax.annotate(str(k), (a, b), textcoords="offset points", xytext=(4, 4),
-                            fontsize=8, color="C3")
+                ax.annotate(str(k), (a, b), textcoords="offset points", xytext=(6, 6),
+                            fontsize=9, fontweight="bold", color="C3", zorder=5,
+                            bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none",
+                                      alpha=0.8))
         if yv is not None:
             ax.scatter(*coords(target_rows), marker="*", s=120, c="k", zorder=4,
                        label=f"targets ({len(target_rows)})")
