@@ -1,6 +1,6 @@
 """ScaleBench under one scorer: every method's purchases refitted by the benchmark's scipy refit and
 by the project's compiled refit, beside the benchmark's own harness and MSPE code (run apart, in
-their own environment; SOURCE.md). Used by ``analyses/scalebench.py``:
+their own environment). Used by ``analyses/scalebench.py``:
 
     nice -n 10 python analyses/scalebench.py --scorers-run --tasks farseer_scaling_law \
         --methods random,v_opt,mspe,bayes --seeds 0-9      # -> out/scalebench/scorers.csv
@@ -15,8 +15,9 @@ Resumable: finished (task, law, method, seed) jobs are skipped, each job appende
 ``peer/`` holds what the benchmark's code wrote when run here: ``harness_<task>_<method>.json``
 (``python -m benchmark.main --dataset <task> --method <m> --repeat 10 --n-restarts 64
 --workers 1``: per law, mean and std of R^2 over seeds 0-9) and ``<method>_<task>.jsonl`` (its
-``mspe.py`` / ``vopt.py`` with the runs each repeat bought recorded at every checkpoint: one line
-per (law, repeat) with each group's purchases and the parameters of its own running fit).
+``mspe.py`` with the runs each repeat bought recorded at every checkpoint by
+``analyses/scalebench_peer_record.py``, which imports it unchanged: one line per (law, repeat)
+with each group's purchases and the parameters of its own running fit).
 ``peer_rescored.csv`` refits those purchases with both scorers (starts: 64 uniform draws from
 ``default_rng(seed * 100000 + group)``, the harness's stream) and scores the peer's own fit.
 """
