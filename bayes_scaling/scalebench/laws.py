@@ -15,6 +15,7 @@ that are logged or raised to a power), so predictions agree with its ``golden.js
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from ..errors import LawError
@@ -117,13 +118,26 @@ def _dc10(p, x):
 
 
 # --------------------------------------------------------------------------------------------------
-# farseer_scaling_law: N parameters, D tokens.
+# farseer_scaling_law: N parameters, D tokens. The benchmark evaluates the law with every exponent
+# clamped to [-EXP_CLIP, EXP_CLIP] and differentiates it as if the clamps were not there (its
+# analytic Jacobian), so a start far from the data still has a finite value and a gradient that
+# leads back; plain exponentials overflow there and leave a refit from such a start nowhere to go.
+
+EXP_CLIP = 50.0
+
+
+def _clamp(z):
+    """``z`` clamped to [-EXP_CLIP, EXP_CLIP] in value, with the gradient of ``z`` itself (the
+    benchmark's Jacobian passes through its clamps). Equal to ``z`` wherever it is in range."""
+    return z + jax.lax.stop_gradient(jnp.clip(z, -EXP_CLIP, EXP_CLIP) - z)
 
 
 def _farseer(p, x):
+    """exp(s N^q + S) + exp(B N^b + Q) D^(-exp(A N^a + E)), every exponent clamped (above)."""
     N, D = x["N"], x["D"]
-    return (jnp.exp(p["s"] * N ** p["q"] + p["S"])
-            + jnp.exp(p["B"] * N ** p["b"] + p["Q"]) * D ** -jnp.exp(p["A"] * N ** p["a"] + p["E"]))
+    decay = jnp.exp(_clamp(p["A"] * N ** p["a"] + p["E"]))
+    return (jnp.exp(_clamp(p["s"] * N ** p["q"] + p["S"]))
+            + jnp.exp(_clamp(_clamp(p["B"] * N ** p["b"] + p["Q"]) - decay * jnp.log(D))))
 
 
 # --------------------------------------------------------------------------------------------------
