@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -62,7 +61,6 @@ def main(argv=None):
 
     peer = Path(a.peer_dir).resolve()
     sys.path.insert(0, str(peer))
-    os.chdir(peer)  # its dataset paths are relative to the checkout
     sys.argv = ["mspe.py", a.task, str(a.repeats)]
     mspe = importlib.import_module("mspe")
 
