@@ -288,8 +288,9 @@ def mspe_report(ours):
                     o = cell_stats(ours[ours.method == om], col).get((task, b)) if len(ours) else None
                     any_ |= bool(p or o)
                     cells += [_fmt(p) if p else "-", _fmt(o) if o else "-"]
-                    cells.append(("yes" if abs(o[0] - p[0]) <= 2 * np.hypot(o[1], p[1])
-                                  else "**no**") if p and o else "-")
+                    tol = 2 * np.hypot(o[1], p[1]) if p and o else np.nan
+                    cells.append("-" if not np.isfinite(tol)  # one seed on a side: undecided
+                                 else "yes" if abs(o[0] - p[0]) <= tol else "**no**")
                 own = cell_stats(resc[resc.method == "peer_mspe"], "r2_own").get((task, b)) \
                     if len(resc) else None
                 cells.append(_fmt(own) if own else "-")
