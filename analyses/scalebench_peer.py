@@ -80,6 +80,16 @@ def run_scorers(methods, seeds, tasks, data_dir=None, laws=None, executor=None):
               f" ({r.cpu_seconds:.0f} CPU s)", flush=True)
 
 
+def _agree(ours, theirs, floor=0.0) -> str:
+    """Whether two (mean, standard error) cells agree within 2 standard errors of their
+    difference (at least ``floor``): "yes", "**no**", or "-" when a side has one seed (no
+    standard error to compare with)."""
+    tol = 2 * np.hypot(ours[1], theirs[1])
+    if not np.isfinite(tol):
+        return "-"
+    return "yes" if abs(ours[0] - theirs[0]) <= max(tol, floor) else "**no**"
+
+
 def _peer_records():
     for path in sorted(PEER.glob("*.jsonl")):
         method = "peer_" + path.stem.split("_")[0]
@@ -234,10 +244,7 @@ def compare_report():
                 cells = [_fmt(th) if th else "-", _fmt(mine) if mine else "-"]
                 if th and mine:
                     d = mine[0] - th[0]
-                    tol = 2 * np.hypot(mine[1], th[1])
-                    ok = "-" if not np.isfinite(tol) else (
-                        "yes" if abs(d) <= max(tol, 0.005) else "**no**")
-                    cells += [f"{d:+.2f}", ok]
+                    cells += [f"{d:+.2f}", _agree(mine, th, floor=0.005)]
                 else:
                     cells += ["-", "-"]
                 c = sc.get((task, b))
@@ -288,9 +295,7 @@ def mspe_report(ours):
                     o = cell_stats(ours[ours.method == om], col).get((task, b)) if len(ours) else None
                     any_ |= bool(p or o)
                     cells += [_fmt(p) if p else "-", _fmt(o) if o else "-"]
-                    tol = 2 * np.hypot(o[1], p[1]) if p and o else np.nan
-                    cells.append("-" if not np.isfinite(tol)  # one seed on a side: undecided
-                                 else "yes" if abs(o[0] - p[0]) <= tol else "**no**")
+                    cells.append(_agree(o, p) if p and o else "-")
                 own = cell_stats(resc[resc.method == "peer_mspe"], "r2_own").get((task, b)) \
                     if len(resc) else None
                 cells.append(_fmt(own) if own else "-")
