@@ -120,8 +120,9 @@ def _dc10(p, x):
 # --------------------------------------------------------------------------------------------------
 # farseer_scaling_law: N parameters, D tokens. The benchmark evaluates the law with every exponent
 # clamped to [-EXP_CLIP, EXP_CLIP] and differentiates it as if the clamps were not there (its
-# analytic Jacobian), so a start far from the data still has a finite value and a gradient that
-# leads back; plain exponentials overflow there and leave a refit from such a start nowhere to go.
+# analytic Jacobian), so a start far from the data has a bounded error and a gradient that leads
+# back. Most uniform starts in its bounds are such starts (85% put an exponent beyond 50 at some
+# training row), where plain exponentials make the error astronomically large or infinite.
 
 EXP_CLIP = 50.0
 
