@@ -200,7 +200,7 @@ def nuts_diagnostics(idata, names, num_chains, max_tree_depth) -> dict:
         advice.append("reparameterise or tighten the prior of the heavy-tailed parameter")
     if failed and depth_hits >= DEPTH_HITS_ADVICE:
         # not a failure of its own (the draws are valid), but why more draws come dear: every
-        # iteration at the cap costs 2^max_tree_depth gradients and still ends its path early
+        # iteration at the cap costs 2^max_tree_depth - 1 gradients and still ends its path early
         advice.append(f"the sampler reached its maximum tree depth ({max_tree_depth}) in "
                       f"{100 * depth_hits:.0f}% of iterations: the posterior is a long or curved "
                       "ridge the mass matrix does not straighten, so each draw costs "
