@@ -69,3 +69,82 @@ def test_the_benchmark_refit_from_overflowing_starts_recovers_the_law():
         fit = fitting.least_squares(law, xn, y, theta0, method="scipy")
         r2[name] = fitting.r2_clipped(y, np.asarray(fitting.predictor(law)(fit.best[None], x))[0])
     assert r2["clamped"] > 0.99 and r2["plain"] < 0.9
+
+
+VOCAB = get("vocab_scaling_law", "sl_6")
+# A (P V^k1)^-alpha + B (D V^k2)^-beta + c0, near the benchmark's fit of the vocab table
+VTRUE = dict(A=60.0, alpha=0.3, k1=0.05, B=400.0, beta=0.3, k2=-0.02, c0=-5.5)
+
+
+def _vocab_plain(p, x):
+    P, V, D = x["P"], x["V"], x["D"]
+    return (p["A"] * (P * V ** p["k1"]) ** -p["alpha"] + p["B"] * (D * V ** p["k2"]) ** -p["beta"]
+            + p["c0"])
+
+
+def _vocab_value_floor(p, x):
+    """The same law with the floor and clip acting in value only (zero gradient beyond them)."""
+    lP, lV, lD = (jnp.log(x[k]) for k in "PVD")
+
+    def term(c, z):
+        return jnp.exp(jnp.clip(jnp.log(jnp.maximum(c, 1e-6)) + z, -50.0, 50.0))
+
+    return (term(p["A"], -p["alpha"] * (lP + p["k1"] * lV))
+            + term(p["B"], -p["beta"] * (lD + p["k2"] * lV)) + p["c0"])
+
+
+def _vocab_grid():
+    P, V, D = np.meshgrid(np.geomspace(3e7, 3e9, 4), np.geomspace(4e3, 1e5, 3),
+                          np.geomspace(3e9, 3e11, 4))
+    return {"P": jnp.asarray(P.ravel()), "V": jnp.asarray(V.ravel()), "D": jnp.asarray(D.ravel())}
+
+
+def test_vocab_coefficients_below_their_floor_keep_a_gradient_that_leads_back():
+    """The benchmark floors a coefficient under a log at 1e-6 and its Jacobian divides by the
+    floored value, so a negative start moves; in range the port is the plain law."""
+    x = _vocab_grid()
+    p = {k: jnp.asarray(v) for k, v in VTRUE.items()}
+    y = _vocab_plain(p, x)
+    assert -5.5 < float(y.min()) and float(y.max()) < -3.0  # the table's range of losses
+    np.testing.assert_allclose(VOCAB.fn(p, x), y, rtol=1e-12)
+    h_law = jax.hessian(_sse(VOCAB.fn, y * 1.01, x))(p)
+    h_plain = jax.hessian(_sse(_vocab_plain, y * 1.01, x))(p)
+    for k in VTRUE:
+        for j in VTRUE:
+            np.testing.assert_allclose(h_law[k][j], h_plain[k][j], rtol=1e-8, atol=1e-12)
+    neg = dict(p, A=jnp.asarray(-300.0))
+    np.testing.assert_allclose(VOCAB.fn(neg, x), _vocab_value_floor(neg, x), rtol=1e-12)
+    assert float(jax.grad(_sse(_vocab_value_floor, y, x))(neg)["A"]) == 0.0
+    assert float(jax.grad(_sse(VOCAB.fn, y, x))(neg)["A"]) < 0  # raising A lowers the error
+
+
+def test_vocab_gradients_beyond_the_floor_and_the_clip_are_the_benchmarks_jacobian():
+    """Where a coefficient is below its floor or a log-term beyond the clip, the port's gradient is
+    the benchmark's analytic one: the clipped term divided by the floored coefficient (sl_6), by
+    the unfloored one (sl_3), times the unclipped exponent's derivative. (Two of its Jacobians are
+    not followed, being wrong: sl_3's carries a spurious factor q, sl_5's d/dp0 the sign of p0.)"""
+    x = _vocab_grid()
+    lP, lV = np.log(np.asarray(x["P"])), np.log(np.asarray(x["V"]))
+    # sl_6: A below its floor, and alpha so negative that term 1 clips at exp(50) on some rows
+    p = dict({k: jnp.asarray(v) for k, v in VTRUE.items()}, A=jnp.asarray(-300.0),
+             alpha=jnp.asarray(-3.3))
+    z = np.log(1e-6) + 3.3 * (lP + VTRUE["k1"] * lV)
+    assert (z > 50).any() and (z < 50).any()
+    term = np.exp(np.minimum(z, 50.0))
+    jac = jax.jacfwd(lambda q: VOCAB.fn(q, x))(p)
+    np.testing.assert_allclose(jac["A"], term / 1e-6, rtol=1e-10)
+    np.testing.assert_allclose(jac["alpha"], -term * (lP + VTRUE["k1"] * lV), rtol=1e-10)
+    np.testing.assert_allclose(jac["k1"], term * 3.3 * lV, rtol=1e-10)
+    # sl_3: L0 + ((a P^-alpha)^q + (b (D V^phi)^-beta)^q)^(1/q), a below its floor
+    law3 = get("vocab_scaling_law", "sl_3")
+    p3 = {k: jnp.asarray(v) for k, v in
+          dict(L0=-5.5, a=-40.0, alpha=0.3, b=400.0, beta=0.3, phi=0.1, q=2.0).items()}
+    lD = np.log(np.asarray(x["D"]))
+    t1q = 2.0 * (np.log(1e-6) - 0.3 * lP)
+    t2q = 2.0 * (np.log(400.0) - 0.3 * (lD + 0.1 * lV))
+    combined = np.exp(np.logaddexp(t1q, t2q) / 2.0)
+    share1 = 1.0 / (1.0 + np.exp(t2q - t1q))
+    jac3 = jax.jacfwd(lambda q: law3.fn(q, x))(p3)
+    # d/da = combined * share1 / a (the benchmark's Jacobian has an extra factor q here)
+    np.testing.assert_allclose(jac3["a"], combined * share1 / -40.0, rtol=1e-9)
+    np.testing.assert_allclose(law3.fn(p3, x), -5.5 + combined, rtol=1e-12)

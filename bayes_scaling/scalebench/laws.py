@@ -200,10 +200,14 @@ def _pl10(p, x):
 # vocab_scaling_law: P non-vocabulary parameters, V vocabulary size, D characters. The benchmark
 # evaluates these laws in log space: a coefficient under a log is floored at EPS_V (so a negative
 # A or B acts as EPS_V: the sign of sl_3/4/6/7/9's A, B, a, b is not free in practice, whatever the
-# bounds say), and every log-term is clipped to [-LOG_CLIP, LOG_CLIP] before exp.
+# bounds say), and every log-term is clipped to [-EXP_CLIP, EXP_CLIP] before exp. Its analytic
+# Jacobians pass through both: d/dA of A x is x / max(A, EPS_V) (sl_3: x / a), and the clipped
+# term's gradient is the unclipped one. Here too (`_vlog`, `_vexp`), so half of its uniform starts,
+# whose coefficient is negative, still have a gradient. Two of its Jacobians are not followed, being
+# wrong: sl_3's derivatives in a, alpha, b, beta, phi carry a spurious factor q; sl_5's d/dp0 of
+# p0 x (and d/dp4) is sign(p0) x there, x here.
 
 EPS_V = 1e-6
-LOG_CLIP = 50.0
 
 
 def _vlogs(x):
@@ -211,13 +215,27 @@ def _vlogs(x):
             jnp.log(jnp.maximum(x["D"], EPS_V)))
 
 
+def _floored_log(c, den):
+    """log(max(c, EPS_V)): log(c) above the floor (value and derivatives); below it the constant
+    log(EPS_V) in value, with gradient 1 / den."""
+    above = c > EPS_V
+    below = jnp.log(EPS_V) + (c - jax.lax.stop_gradient(c)) / jax.lax.stop_gradient(den)
+    return jnp.where(above, jnp.log(jnp.where(above, c, 1.0)), below)
+
+
 def _vlog(c):
-    return jnp.log(jnp.maximum(c, EPS_V))
+    """The benchmark's floored log of a coefficient: gradient 1 / max(c, EPS_V)."""
+    return _floored_log(c, EPS_V)
+
+
+def _vlog_inv(c):
+    """sl_3's floored log: gradient 1 / c below the floor (its Jacobian divides by the unfloored
+    coefficient)."""
+    return _floored_log(c, jnp.where(c == 0, EPS_V, c))
 
 
 def _vexp(z):
-    return jnp.exp(jnp.clip(z, -LOG_CLIP, LOG_CLIP))
-
+    return jnp.exp(_clamp(z))
 
 
 def _vc1(p, x):
@@ -229,21 +247,21 @@ def _vc2(p, x):
     lP, lV, lD = _vlogs(x)
     r = jnp.maximum(p["r"], EPS_V)
     lse = jnp.logaddexp(-p["alpha"] * r * lP, -p["beta"] * r * lD) - jnp.log(2.0)
-    mean = jnp.exp(jnp.clip(lse / r, -LOG_CLIP, LOG_CLIP))
+    mean = _vexp(lse / r)
     return p["L"] + p["A"] * mean * (1.0 + p["C"] * (lV - p["v0"]) ** 2)
 
 
 def _vc3(p, x):
     lP, lV, lD = _vlogs(x)
     q = jnp.maximum(p["q"], EPS_V)
-    l1 = jnp.log(jnp.maximum(p["a"], EPS_V)) - p["alpha"] * lP
-    l2 = jnp.log(jnp.maximum(p["b"], EPS_V)) - p["beta"] * (lD + p["phi"] * lV)
-    return p["L0"] + jnp.exp(jnp.clip(jnp.logaddexp(q * l1, q * l2) / q, -LOG_CLIP, LOG_CLIP))
+    l1 = _vlog_inv(p["a"]) - p["alpha"] * lP
+    l2 = _vlog_inv(p["b"]) - p["beta"] * (lD + p["phi"] * lV)
+    return p["L0"] + _vexp(jnp.logaddexp(q * l1, q * l2) / q)
 
 
 def _vc4(p, x):
     lP, lV, lD = _vlogs(x)
-    big = jnp.maximum(p["a"] * lP, jnp.log(jnp.maximum(p["lam"], EPS_V)) + p["b"] * lD)
+    big = jnp.maximum(p["a"] * lP, _vlog(p["lam"]) + p["b"] * lD)
     return p["L_inf"] + _vexp(_vlog(p["A"]) - p["d"] * big - p["g"] * lV)
 
 
