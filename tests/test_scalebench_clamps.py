@@ -99,9 +99,9 @@ def _vocab_grid():
     return {"P": jnp.asarray(P.ravel()), "V": jnp.asarray(V.ravel()), "D": jnp.asarray(D.ravel())}
 
 
-def test_vocab_coefficients_below_their_floor_keep_a_gradient_that_leads_back():
+def test_vocab_coefficients_below_their_floor_keep_a_gradient():
     """The benchmark floors a coefficient under a log at 1e-6 and its Jacobian divides by the
-    floored value, so a negative start moves; in range the port is the plain law."""
+    floored value, so a negative start has a gradient in it; in range the port is the plain law."""
     x = _vocab_grid()
     p = {k: jnp.asarray(v) for k, v in VTRUE.items()}
     y = _vocab_plain(p, x)
