@@ -133,12 +133,16 @@ def _clamp(z):
     return z + jax.lax.stop_gradient(jnp.clip(z, -EXP_CLIP, EXP_CLIP) - z)
 
 
+def _clamped_exp(z):
+    return jnp.exp(_clamp(z))
+
+
 def _farseer(p, x):
     """exp(s N^q + S) + exp(B N^b + Q) D^(-exp(A N^a + E)), every exponent clamped (above)."""
     N, D = x["N"], x["D"]
-    decay = jnp.exp(_clamp(p["A"] * N ** p["a"] + p["E"]))
-    return (jnp.exp(_clamp(p["s"] * N ** p["q"] + p["S"]))
-            + jnp.exp(_clamp(_clamp(p["B"] * N ** p["b"] + p["Q"]) - decay * jnp.log(D))))
+    decay = _clamped_exp(p["A"] * N ** p["a"] + p["E"])
+    return (_clamped_exp(p["s"] * N ** p["q"] + p["S"])
+            + _clamped_exp(_clamp(p["B"] * N ** p["b"] + p["Q"]) - decay * jnp.log(D)))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -202,10 +206,10 @@ def _pl10(p, x):
 # A or B acts as EPS_V: the sign of sl_3/4/6/7/9's A, B, a, b is not free in practice, whatever the
 # bounds say), and every log-term is clipped to [-EXP_CLIP, EXP_CLIP] before exp. Its analytic
 # Jacobians pass through both: d/dA of A x is x / max(A, EPS_V) (sl_3: x / a), and the clipped
-# term's gradient is the unclipped one. Here too (`_vlog`, `_vexp`), so half of its uniform starts,
-# whose coefficient is negative, still have a gradient. Two of its Jacobians are not followed, being
-# wrong: sl_3's derivatives in a, alpha, b, beta, phi carry a spurious factor q; sl_5's d/dp0 of
-# p0 x (and d/dp4) is sign(p0) x there, x here.
+# term's gradient is the unclipped one. Here too (`_vlog`, `_clamped_exp`), so half of its uniform
+# starts, whose coefficient is negative, still have a gradient. Two of its Jacobians are not
+# followed, being wrong: sl_3's derivatives in a, alpha, b, beta, phi carry a spurious factor q;
+# sl_5's d/dp0 of p0 x (and d/dp4) is sign(p0) x there, x here.
 
 EPS_V = 1e-6
 
@@ -234,10 +238,6 @@ def _vlog_inv(c):
     return _floored_log(c, jnp.where(c == 0, EPS_V, c))
 
 
-def _vexp(z):
-    return jnp.exp(_clamp(z))
-
-
 def _vc1(p, x):
     P, V, D = x["P"], x["V"], x["D"]
     return p["c0"] + p["A"] * V ** p["b"] * P ** p["e"] * D ** p["g"]
@@ -247,7 +247,7 @@ def _vc2(p, x):
     lP, lV, lD = _vlogs(x)
     r = jnp.maximum(p["r"], EPS_V)
     lse = jnp.logaddexp(-p["alpha"] * r * lP, -p["beta"] * r * lD) - jnp.log(2.0)
-    mean = _vexp(lse / r)
+    mean = _clamped_exp(lse / r)
     return p["L"] + p["A"] * mean * (1.0 + p["C"] * (lV - p["v0"]) ** 2)
 
 
@@ -256,51 +256,51 @@ def _vc3(p, x):
     q = jnp.maximum(p["q"], EPS_V)
     l1 = _vlog_inv(p["a"]) - p["alpha"] * lP
     l2 = _vlog_inv(p["b"]) - p["beta"] * (lD + p["phi"] * lV)
-    return p["L0"] + _vexp(jnp.logaddexp(q * l1, q * l2) / q)
+    return p["L0"] + _clamped_exp(jnp.logaddexp(q * l1, q * l2) / q)
 
 
 def _vc4(p, x):
     lP, lV, lD = _vlogs(x)
     big = jnp.maximum(p["a"] * lP, _vlog(p["lam"]) + p["b"] * lD)
-    return p["L_inf"] + _vexp(_vlog(p["A"]) - p["d"] * big - p["g"] * lV)
+    return p["L_inf"] + _clamped_exp(_vlog(p["A"]) - p["d"] * big - p["g"] * lV)
 
 
 def _vc5(p, x):
     lP, lV, lD = _vlogs(x)
-    t1 = jnp.sign(p["p0"]) * _vexp(_vlog(jnp.abs(p["p0"])) + p["p1"] * lP + p["p2"] * lV
-                                   + p["p3"] * lD)
-    t2 = jnp.sign(p["p4"]) * _vexp(_vlog(jnp.abs(p["p4"])) + p["p5"] * lP)
+    t1 = jnp.sign(p["p0"]) * _clamped_exp(_vlog(jnp.abs(p["p0"])) + p["p1"] * lP
+                                          + p["p2"] * lV + p["p3"] * lD)
+    t2 = jnp.sign(p["p4"]) * _clamped_exp(_vlog(jnp.abs(p["p4"])) + p["p5"] * lP)
     return t1 + t2 + p["p6"]
 
 
 def _vc6(p, x):
     lP, lV, lD = _vlogs(x)
-    return (_vexp(_vlog(p["A"]) - p["alpha"] * (lP + p["k1"] * lV))
-            + _vexp(_vlog(p["B"]) - p["beta"] * (lD + p["k2"] * lV)) + p["c0"])
+    return (_clamped_exp(_vlog(p["A"]) - p["alpha"] * (lP + p["k1"] * lV))
+            + _clamped_exp(_vlog(p["B"]) - p["beta"] * (lD + p["k2"] * lV)) + p["c0"])
 
 
 def _vc7(p, x):
     lP, lV, lD = _vlogs(x)
-    return (_vexp(_vlog(p["A"]) - p["alpha"] * lP - p["beta"] * lD)
-            + _vexp(_vlog(p["B"]) + p["gamma"] * lV - p["delta"] * lD) + p["c0"])
+    return (_clamped_exp(_vlog(p["A"]) - p["alpha"] * lP - p["beta"] * lD)
+            + _clamped_exp(_vlog(p["B"]) + p["gamma"] * lV - p["delta"] * lD) + p["c0"])
 
 
 def _vc8(p, x):
     lP, lV, lD = _vlogs(x)
-    return (p["c0"] + p["c1"] * lV + p["c2"] * _vexp(p["beta"] * lV - p["alpha"] * lP)
-            + p["c3"] * _vexp(p["beta"] * lV - p["gamma"] * lD))
+    return (p["c0"] + p["c1"] * lV + p["c2"] * _clamped_exp(p["beta"] * lV - p["alpha"] * lP)
+            + p["c3"] * _clamped_exp(p["beta"] * lV - p["gamma"] * lD))
 
 
 def _vc9(p, x):
     lP, lV, lD = _vlogs(x)
-    main = _vexp(_vlog(p["A"]) - p["alpha"] * lP - p["beta"] * lD)
-    cross = jnp.sign(p["delta"]) * _vexp(_vlog(jnp.abs(p["delta"])) + p["epsilon"] * lV)
+    main = _clamped_exp(_vlog(p["A"]) - p["alpha"] * lP - p["beta"] * lD)
+    cross = jnp.sign(p["delta"]) * _clamped_exp(_vlog(jnp.abs(p["delta"])) + p["epsilon"] * lV)
     return main * (1.0 + p["gamma"] * lV) + cross + p["L_inf"]
 
 
 def _vc10(p, x):
     lP, lV, lD = _vlogs(x)
-    return p["L_min"] + _vexp(p["a"] + p["bP"] * lP + p["bV1"] * lV + p["bV2"] * lV ** 2
+    return p["L_min"] + _clamped_exp(p["a"] + p["bP"] * lP + p["bV1"] * lV + p["bV2"] * lV ** 2
                               + p["bD"] * lD + p["bVD"] * lV * lD)
 
 
