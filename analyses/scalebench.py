@@ -86,7 +86,8 @@ RULES3 = ("ratio", "gain", "half")
 VARIANTS = {"bayes-rehearsal": ("bayes", {"rehearsal": 128, "rules": RULES3}),
             "bayes-rehearsal-2rules": ("bayes", {"rehearsal": 128}),
             "bayes-3rules": ("bayes", {"rules": RULES3}),
-            "bayes-plain": ("bayes", {"rehearsal": 0})}
+            "bayes-plain": ("bayes", {"rehearsal": 0}),
+            "bayes-starts64": ("bayes", {"refit_starts": 64})}
 
 
 def resolve(label):
@@ -392,7 +393,8 @@ def refit_starts(task_name, law_id, seeds, methods, data_dir, many=1024):
     """Is a low target R^2 the method's choice of runs or the protocol's refit? For each method,
     seed and checkpoint: the protocol's score (best of its 64 starts) beside that of the refit of
     the same runs from ``many`` uniform starts (its lowest SSE), and how many of those starts end
-    within 1.05x of it. Writes ``refit_starts_<task>_<law>.md`` and prints the table."""
+    within 1.05x of it (``methods``: names or :data:`VARIANTS` labels). Writes
+    ``refit_starts_<task>_<law>_<methods>.md`` and prints the table."""
     task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
     law = task.law
 
@@ -403,7 +405,9 @@ def refit_starts(task_name, law_id, seeds, methods, data_dir, many=1024):
     rows = []
     for method in methods:
         for seed in seeds:
-            for budget, states, fits in bs.design.checkpoints((task, method, int(seed), "jax", {})):
+            name, options = resolve(method)
+            for budget, states, fits in bs.design.checkpoints((task, name, int(seed), "jax",
+                                                               options)):
                 for st, (starts, _) in zip(states, fits):
                     if starts is None or not starts.ok:
                         continue
@@ -428,7 +432,8 @@ def refit_starts(task_name, law_id, seeds, methods, data_dir, many=1024):
         "", command, "", per_seed, "", markdown_table(df), "", "Mean over seeds:", "",
         markdown_table(mean), ""])
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"refit_starts_{SHORT.get(task_name, task_name)}_{law_id}.md").write_text(text)
+    (OUT / f"refit_starts_{SHORT.get(task_name, task_name)}_{law_id}_{'_'.join(methods)}.md"
+     ).write_text(text)
     print(mean.to_string())
     return 0
 

@@ -193,3 +193,22 @@ def test_design_command_runs_a_task_folder_and_writes_the_table(tmp_path, capsys
         "parallel_scaling_law", "sl_9", "cheapest"]
     assert table.loc[0, "r2_protocol"] > 0.9  # the ten cheapest runs pin this 3-parameter law
     assert "r2_protocol" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("n", [None, 40])
+def test_bayes_refits_from_its_number_of_starts(task, monkeypatch, n):
+    from bayes_scaling.design import methods
+
+    seen = []
+
+    def recording(law, x, y, theta0, **kw):
+        seen.append(len(theta0))
+        return fitting.least_squares(law, x, y, theta0, **kw)
+
+    monkeypatch.setattr(methods, "least_squares", recording)
+    options = {} if n is None else {"refit_starts": n}
+    bs.design.run(task, method="bayes", seeds=[0], batch=2, **options)
+    want = methods.REFIT_STARTS if n is None else n
+    assert len(seen) >= 2 and set(seen) == {want}
+    with pytest.raises(BayesScalingError, match="refit_starts must be at least 2"):
+        methods.make("bayes", refit_starts=1)

@@ -89,7 +89,10 @@ class CostRandom(Method):
 
 
 class _ModelBased(Method):
-    """Pilot of cheap runs, then a model-based score; keeps its own refit between purchases."""
+    """Pilot of cheap runs, then a model-based score; keeps its own refit between purchases
+    (``refit_starts`` starts: up to half of them its previous optima, the rest uniform)."""
+
+    refit_starts = REFIT_STARTS
 
     def pilot(self, state) -> np.ndarray | None:
         """The next pilot run (cheapest first, up to 2.5 n_params runs within 2% of the pool's
@@ -129,12 +132,13 @@ class _ModelBased(Method):
     def refit(self, state):
         """Least-squares fit to the bought runs from the previous optima plus uniform draws."""
         law, g = state.law, state.group
-        warm = state.memory.get("warm", np.empty((0, len(law.params))))[-REFIT_STARTS // 2:]
-        theta0 = np.concatenate([warm, uniform_starts(law, REFIT_STARTS - len(warm), state.rng)])
+        n = self.refit_starts
+        warm = state.memory.get("warm", np.empty((0, len(law.params))))[-n // 2:]
+        theta0 = np.concatenate([warm, uniform_starts(law, n - len(warm), state.rng)])
         x = {v: a[state.observed] for v, a in g.x.items()}
         starts = least_squares(law, x, g.y[state.observed], theta0)
         if starts.ok:
-            good = np.argsort(starts.sse)[: REFIT_STARTS // 2]
+            good = np.argsort(starts.sse)[: n // 2]
             state.memory["warm"] = starts.theta[good[np.isfinite(starts.sse[good])]]
         return starts
 
@@ -201,21 +205,28 @@ class Bayes(_ModelBased):
     default the ratio and gain rules). ``rehearsal``: 0 (default, off) or the number of uniform
     starts of the rehearsed refit that scores each rule's plan by its criterion plus the start
     lottery of a refit keeping the best of ``protocol_starts`` starts (:meth:`rehearse`).
+    ``refit_starts``: starts of the method's own refit between batches, which finds the modes
+    (default :data:`REFIT_STARTS`; 64 is MSPE's; docs/design.md, "More starts for the
+    method's own refit").
     """
 
     def __init__(self, batch: int = 4, cost_power: float = 1.0, discrepancy: float = 1.0,
                  greedy: str = "auto", criterion: str = "refit", rehearsal: int = 0,
-                 protocol_starts: int = 64, rules=("ratio", "gain")):
+                 protocol_starts: int = 64, rules=("ratio", "gain"),
+                 refit_starts: int = REFIT_STARTS):
         if greedy != "auto" and greedy not in RULES:
             raise BayesScalingError(f"greedy must be 'auto' or one of the rules {sorted(RULES)}, "
                                     f"got {greedy!r}")
         if criterion not in ("refit", "posterior"):
             raise BayesScalingError(f"criterion must be 'refit' or 'posterior', got {criterion!r}")
+        if int(refit_starts) < 2:
+            raise BayesScalingError(f"refit_starts must be at least 2, got {refit_starts}")
         if int(rehearsal) < 0 or int(protocol_starts) < 1:
             raise BayesScalingError("rehearsal must be 0 (off) or a number of starts, and "
                                     f"protocol_starts positive; got {rehearsal}, {protocol_starts}")
         if not set(rules) <= set(RULES) or not rules:
             raise BayesScalingError(f"rules must be among {sorted(RULES)}, got {rules}")
+        self.refit_starts = int(refit_starts)
         self.rehearsal = int(rehearsal)
         self.rules = tuple(rules)
         self.protocol_starts = int(protocol_starts)
