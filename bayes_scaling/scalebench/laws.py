@@ -301,7 +301,7 @@ def _vc9(p, x):
 def _vc10(p, x):
     lP, lV, lD = _vlogs(x)
     return p["L_min"] + _clamped_exp(p["a"] + p["bP"] * lP + p["bV1"] * lV + p["bV2"] * lV ** 2
-                              + p["bD"] * lD + p["bVD"] * lV * lD)
+                                     + p["bD"] * lD + p["bVD"] * lV * lD)
 
 
 # --------------------------------------------------------------------------------------------------
