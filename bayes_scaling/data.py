@@ -46,7 +46,10 @@ _POS = dict(lower=0.0, fix="losses and sizes must be positive; drop or correct t
 # Rules by variable or column name. A law variable read through a column map is checked by the
 # variable's rule (e.g. ``replay`` read from ``r_f`` keeps the replay range).
 RULES: dict[str, Rule] = {
-    "loss": Rule(**_POS, what="validation loss (nats/token)"),
+    "loss": Rule(0.0, what="validation loss (nats/token)",
+                 fix="losses must be positive; drop or correct these rows, or, for a signed target "
+                 "(a loss minus a baseline), let fit_posterior fit it as loss + c (its "
+                 "target_shift, picked by default)"),
     "N": Rule(**_POS, what="parameters"),
     "M": Rule(**_POS, what="non-embedding FLOPs per token"),
     "D": Rule(0.0, what="tokens", fix="tokens must be positive; the laws diverge at D = 0, so keep "
@@ -204,3 +207,25 @@ def _check_columns(df, variables, law, rows_needed=True) -> None:
                     f"{_rows(df.index[bad])} have {np.unique(v[bad])[:5].tolist()}. Fix: {rule.fix}"
                     + ROW_NOTE
                 )
+
+
+def target_shift(loss) -> float:
+    """The constant that makes a signed target a positive one (0 when every finite value is
+    already positive).
+
+    The likelihood lives on ``log L``; a target with values at or below 0 (ScaleBench's
+    unigram-normalised loss, a loss minus an entropy) is fitted as ``L + c``, with ``c`` such
+    that the smallest shifted value is the larger of the table's range and half its largest
+    magnitude: ``c = -min + max(max - min, max|L| / 2)`` (1 - min when every value is 0),
+    rounded up to two significant digits. The noise model is then relative to ``L + c``, about
+    as wide as the table's own spread.
+    """
+    y = np.asarray(pd.to_numeric(pd.Series(np.ravel(loss)), errors="coerce"), float)
+    y = y[np.isfinite(y)]
+    if not len(y) or y.min() > 0:
+        return 0.0
+    lo, hi = float(y.min()), float(y.max())
+    room = max(hi - lo, 0.5 * max(abs(lo), abs(hi))) or 1.0
+    c = room - lo
+    step = 10.0 ** (np.floor(np.log10(c)) - 1)
+    return float(f"{np.ceil(c / step) * step:.3g}")

@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 
 from ..checks import check_fit_options
+from ..data import target_shift as data_target_shift
+from ..laws import get as get_law
 from ..errors import BayesScalingError, MultimodalWarning
 from ..objective import data_hash
 from .chains import drop_light_groups, modes_of_split_chains, weigh_modes
@@ -57,6 +59,7 @@ def fit_posterior(
     max_iter: int = 1000,
     allow_unconverged: bool = False,
     retries: int = LADDER_RETRIES,
+    target_shift: float | None = None,
 ) -> Posterior:
     """Posterior of ``law``'s parameters given the loss table ``df``.
 
@@ -115,6 +118,13 @@ def fit_posterior(
             the first attempt's sampler iterations (``nuts.LADDER_MAX_WARMUP``,
             ``nuts.LADDER_COST_CAP``). A retry replaces the previous draws; its settings are in
             ``post.diagnostics["attempts"]``.
+        target_shift: the likelihood is on ``log L``, so a signed target (values at or below 0,
+            e.g. a loss minus the unigram entropy) is fitted as ``L + c``: ``None`` (default)
+            picks ``c`` from the table when some loss is not positive
+            (:func:`bayes_scaling.data.target_shift`; 0 otherwise), a number fixes it, 0 refuses
+            such a table. The posterior's law is then ``law.shifted(c)``, its table and
+            likelihood are those of ``L + c``, and its forecasts, coverage and scores are of ``L``
+            (``post.target_shift``; ``post.settings["target_shift"]``).
 
     Returns:
         :class:`Posterior`. With NUTS from the modes (``init="map"``), a posterior with several
@@ -155,6 +165,7 @@ def fit_posterior(
     if chain_method == "auto":
         chain_method = ("parallel" if num_chains > 1 and jax.local_device_count() >= num_chains
                         else "vectorized")
+    law, df, shift = _shift_target(law, df, target_shift)
     kw = dict(priors=priors, likelihood=likelihood, fixed=fixed, scale=scale, c=huber_c,
               student_df=student_df)
     spec0 = make_spec(law, coordinates=None, **kw)
@@ -279,6 +290,7 @@ def fit_posterior(
         "max_tree_depth": max_tree_depth, "chain_method": chain_method, "n_rows": len(vdf),
         "map_neg_log_post": neg_lp_map, "clipped": vdf.attrs.get("clipped", {}),
         "allow_unconverged": bool(allow_unconverged), "retries": int(retries),
+        "target_shift": shift,
     }
     cols = [k for k in idata.constant_data.data_vars if k != "loss"]
     post = Posterior(law, idata, map_params, diag, modes_df, settings,
@@ -293,6 +305,22 @@ def fit_posterior(
         warnings.warn(f"the posterior of {law.name}: " + "; ".join(dropped), MultimodalWarning,
                       stacklevel=2)
     return post
+
+
+def _shift_target(law, df, target_shift):
+    """``(law, df, c)``: the law and table of ``loss + c`` (``fit_posterior(target_shift=)``)."""
+    law = get_law(law)
+    if target_shift is None:
+        target_shift = (data_target_shift(df["loss"]) if isinstance(df, pd.DataFrame)
+                        and "loss" in df and pd.api.types.is_numeric_dtype(df["loss"]) else 0.0)
+    if isinstance(target_shift, bool) or not isinstance(target_shift, (int, float, np.number)) \
+            or not math.isfinite(target_shift):
+        raise BayesScalingError(f"target_shift must be a finite number or None (picked from the "
+                                f"table), got {target_shift!r}")
+    c = float(target_shift)
+    if c:
+        df = df.assign(loss=df["loss"] + c)
+    return law.shifted(c), df, c
 
 
 def _sides(spec, data, vdf, modes, kw):

@@ -77,6 +77,13 @@ class Posterior:
         return self.settings["method"]
 
     @property
+    def target_shift(self) -> float:
+        """The constant ``c`` of a signed target fitted as ``loss + c`` (0 for a loss): the
+        posterior's :attr:`law`, draws and fitted table are those of ``loss + c``; its
+        forecasts, draws of losses and coverage are of ``loss`` (``fit_posterior``)."""
+        return float(self.settings.get("target_shift", 0.0) or 0.0)
+
+    @property
     def param_names(self) -> list[str]:
         return [n for n in self.settings["free"]]
 
@@ -187,7 +194,8 @@ class Posterior:
 
         Rows inside the fitted range (``d = 0``) get exactly the draws of ``discrepancy=0``.
         A draw whose law value at a row is not a positive finite number (a loss is positive, and
-        the likelihood lives on ``log L``) is NaN there.
+        the likelihood lives on ``log L``) is NaN there. A signed target fitted as ``L + c``
+        (:attr:`target_shift`) is drawn as ``L + c`` and returned as ``L``.
         A posterior that failed its checks raises :class:`ConvergenceError` unless
         ``allow_unconverged`` (or ``settings["allow_unconverged"]``, stored at fit time).
         """
@@ -212,6 +220,8 @@ class Posterior:
                                               discrepancy=discrepancy)
         if factor is not None:
             out = out * factor
+        if self.target_shift:
+            out = out - self.target_shift
         return out, info
 
     def discrepancy_draws(self, df, n_draws, *, seed=0, discrepancy=None, shared_z=False):
@@ -422,7 +432,8 @@ def load_posterior(path, law=None) -> Posterior:
         raise ValueError(f"{path} holds no posterior written by Posterior.save (no readable "
                          "'posterior' group with its 'bayes_scaling' attribute)")
     meta = json.loads(post.attrs["bayes_scaling"])
-    law = Law.from_saved(meta["law"], meta.get("law_identity"), law, str(path))
+    law = Law.from_saved(meta["law"], meta.get("law_identity"), law, str(path),
+                         meta["settings"].get("target_shift", 0.0))
     return Posterior(law=law, idata=idata, map=meta["map"],
                      diagnostics=meta["diagnostics"], modes=pd.DataFrame(meta["modes"]),
                      settings=meta["settings"], data_hash=meta["data_hash"])
@@ -499,12 +510,11 @@ def _vmapped_law(law: Law):
 
 
 def _forecast_inputs(law: Law, df):
-    """The law's inputs from a table of new rows (no ``loss`` needed), validated."""
+    """The law's inputs from a table of new rows (no ``loss`` needed, and a ``loss`` column is
+    not read: a held-out row of a signed target has its own sign), validated."""
     if not isinstance(df, pd.DataFrame):
         df = pd.DataFrame(df)
-    tmp = df.copy()
-    if "loss" not in tmp:
-        tmp["loss"] = 1.0
+    tmp = df.assign(loss=1.0)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*repeat the same.*")
         tmp = _data.validate(tmp, law, min_rows=1)

@@ -191,8 +191,9 @@ def posterior_loglik(post, df, mean_draws=None, keep=None) -> np.ndarray:
     ``c``, Student-t with ``student_df`` degrees of freedom, or Normal) with each draw's scale
     ``sigma`` (or the fixed ``settings["scale"]``), centred on ``log f(theta_s, x)`` from
     ``post.predict_draws(df, kind="mean")``: the density the fit itself used, evaluated at rows it
-    did not see. Feed it to :func:`log_predictive_density`. ``keep``: boolean mask over the
-    posterior's draws that ``mean_draws`` was already reduced to.
+    did not see (of ``log(loss + c)`` for a signed target, ``c = post.target_shift``). Feed it to
+    :func:`log_predictive_density`. ``keep``: boolean mask over the posterior's draws that
+    ``mean_draws`` was already reduced to.
     """
     st = post.settings
     mean = np.asarray(post.predict_draws(df, kind="mean") if mean_draws is None else mean_draws,
@@ -204,7 +205,8 @@ def posterior_loglik(post, df, mean_draws=None, keep=None) -> np.ndarray:
         sigma = sigma[np.asarray(keep, bool)]
     if sigma.shape[0] != mean.shape[0]:
         raise BayesScalingError(f"{sigma.shape[0]} scale draws for {mean.shape[0]} mean draws")
-    r = np.log(df["loss"].to_numpy(dtype=float))[None, :] - np.log(mean)
+    c = float(st.get("target_shift", 0.0) or 0.0)  # a signed target fitted as loss + c
+    r = np.log(df["loss"].to_numpy(dtype=float) + c)[None, :] - np.log(mean + c)
     return np.asarray(log_likelihood(r, sigma[:, None], st["likelihood"], c=float(st["c"]),
                                      student_df=float(st["student_df"])), dtype=float)
 

@@ -220,6 +220,8 @@ class Law:
         base_law: the registered law whose parameters a two-phase fit (``fit_two_phase``) fits
             first and then freezes ("" if the law has none).
         phase1: ``df -> boolean mask``: the rows of that first phase.
+        target_shift: the constant ``fn`` adds to the law's own value: a law made by
+            :meth:`shifted` for a signed target (0 for every law as written).
     """
 
     name: str
@@ -236,6 +238,7 @@ class Law:
     prior_references: tuple[tuple[str, str, float], ...] = ()
     base_law: str = ""
     phase1: Callable | None = field(default=None, repr=False)
+    target_shift: float = 0.0
 
     def __post_init__(self):
         names = [p.name for p in self.params]
@@ -303,21 +306,50 @@ class Law:
         """``name:hash`` of what the law computes: the source of ``fn``, every parameter's name,
         bounds, init range and init scale, the variables, the column map and the defaults (not
         the docs or the example). Saved fits record it; loading checks it (:meth:`from_saved`)."""
+        fn = self.unshifted_fn  # a shifted law: its own law's source, and the shift below
         try:
-            code = inspect.getsource(self.fn)
+            code = inspect.getsource(fn)
         except (OSError, TypeError):
-            code = self.fn.__code__.co_code.hex()
+            code = fn.__code__.co_code.hex()
         parts = [code, repr([(p.name, p.lower, p.upper, tuple(p.init), p.log_init)
                              for p in self.params]),
                  repr(self.variables), repr(sorted(self.column_map.items())),
                  repr(sorted((k, float(v)) for k, v in self.defaults.items()))]
+        if self.target_shift:
+            parts.append(f"target_shift={self.target_shift!r}")
         h = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
         return f"{self.name}:{h}"
 
+    @property
+    def unshifted_fn(self) -> Callable:
+        """``fn`` without the :meth:`shifted` constant."""
+        return self.fn.__wrapped__ if self.target_shift else self.fn
+
+    def shifted(self, shift: float) -> "Law":
+        """The law of ``loss + shift``: ``fn(p, x) + shift``, the same parameters and inputs.
+
+        The likelihood lives on ``log L``, so a signed target (a loss minus the unigram entropy,
+        ScaleBench's vocabulary task) is fitted as ``L + shift > 0``;
+        :func:`~bayes_scaling.bayes.fit_posterior` does it by itself (``target_shift``). Shifts
+        add up; the same law and shift give the same function (its compiled programs are
+        reused)."""
+        shift = float(shift)
+        if not math.isfinite(shift):
+            raise ValueError(f"law {self.name}: a target shift must be finite, got {shift}")
+        if shift == 0.0:
+            return self
+        total = self.target_shift + shift
+        base = self.unshifted_fn
+        if total == 0.0:
+            return dataclasses.replace(self, fn=base, target_shift=0.0)
+        return dataclasses.replace(self, fn=_shift_output(base, total), target_shift=total)
+
     @staticmethod
-    def from_saved(name: str, identity: str | None, law=None, source: str = "") -> "Law":
+    def from_saved(name: str, identity: str | None, law=None, source: str = "",
+                   target_shift: float = 0.0) -> "Law":
         """The law a saved result was fitted with: ``law`` (a :class:`Law` or name) or the one
-        registered as ``name``, refused unless its :attr:`identity` is the recorded one."""
+        registered as ``name`` (shifted to ``target_shift``, :meth:`shifted`), refused unless its
+        :attr:`identity` is the recorded one."""
         where = f"{source}: " if source else ""
         if law is None:
             try:
@@ -327,6 +359,7 @@ class Law:
                                "with the law object: load_posterior(path, law=my_law) or "
                                "MapFit.load(path, law=my_law)") from None
         law = get(law)
+        law = law.shifted(float(target_shift or 0.0) - law.target_shift)
         if identity is None:
             raise LawError(f"{where}records no law identity (saved by an older version); refit it")
         if law.identity != identity:
@@ -364,6 +397,17 @@ class Law:
                 + (f"  {p.doc}" if p.doc else "")
             )
         return "\n".join(lines)
+
+
+@functools.lru_cache(maxsize=None)
+def _shift_output(fn: Callable, shift: float) -> Callable:
+    """``fn + shift`` (one function per pair, so its compiled programs are reused)."""
+
+    @functools.wraps(fn)
+    def shifted(p, x):
+        return fn(p, x) + shift
+
+    return shifted
 
 
 def _is_jnp_dict(data, variables) -> bool:

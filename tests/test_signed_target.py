@@ -1,0 +1,118 @@
+"""A signed target (values at or below 0, e.g. ScaleBench's unigram-normalised loss): the
+likelihood lives on log L, so ``fit_posterior`` fits ``L + c`` (``data.target_shift``,
+``Law.shifted``) and reports forecasts, coverage and scores of ``L``."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayes_scaling as bs
+from bayes_scaling.data import target_shift
+from bayes_scaling.errors import DataError
+from bayes_scaling.evaluate.probabilistic import posterior_loglik
+from bayes_scaling.laws import Law, Param
+
+
+def _fn(p, x):
+    return p["E"] + p["A"] / x["N"] ** p["a"]
+
+
+# not registered; the offset E is signed, as a loss minus an entropy is
+LAW = Law(name="signed_target_test_law",
+          params=(Param("E", -10.0, 10.0, (-6.0, 3.0)),
+                  Param("A", 1e-3, 1e6, (1.0, 1e4), log_init=True),
+                  Param("a", 0.05, 1.5, (0.1, 0.8))),
+          variables=("N",), fn=_fn)
+TRUE = {"E": -5.0, "A": 400.0, "a": 0.35}
+NOISE = 0.004  # additive, in units of the target
+
+
+def _table(n_grid, seed):
+    rng = np.random.default_rng(seed)
+    N = np.repeat(np.geomspace(1e7, 1e10, n_grid), 2)
+    y = np.asarray(LAW(TRUE, {"N": N})) + NOISE * rng.standard_normal(len(N))
+    return pd.DataFrame({"N": N, "loss": y})
+
+
+def test_the_shift_makes_the_smallest_value_the_tables_spread():
+    assert target_shift([1.2, 3.0]) == 0.0  # a loss is left alone
+    # vocab-like: range 4.65 > half the largest magnitude, so min(L + c) = the range, c rounded up
+    c = target_shift([-5.3427, -0.6967])
+    assert c == 10.0 and -5.3427 + c >= -0.6967 + 5.3427
+    # a narrow negative table: half its largest magnitude, not its tiny range
+    c = target_shift([-5.001, -4.999])
+    assert c == pytest.approx(7.6) and -5.001 + c >= 2.5
+    assert target_shift([0.0, 0.0]) == 1.0
+    assert target_shift([np.nan, -1.0, 3.0]) == 5.0  # non-finite values are validation's business
+
+
+def test_a_shifted_law_adds_its_constant_and_is_its_own_law():
+    x = {"N": np.array([1e8])}
+    s = LAW.shifted(7.5)
+    assert float(s(TRUE, x)[0]) == pytest.approx(float(LAW(TRUE, x)[0]) + 7.5)
+    assert s.identity != LAW.identity and s.target_shift == 7.5
+    back = s.shifted(-7.5)
+    assert back.identity == LAW.identity and back.fn is LAW.fn
+    assert LAW.shifted(7.5).fn is s.fn  # one function per (law, shift): programs are reused
+    assert s.shifted(2.5).target_shift == 10.0
+    # a saved fit of the shifted law reloads from the law as written plus the recorded shift
+    assert bs.laws.Law.from_saved(LAW.name, s.identity, LAW, target_shift=7.5).identity == \
+        s.identity
+    with pytest.raises(bs.errors.LawError, match="differs"):
+        bs.laws.Law.from_saved(LAW.name, s.identity, LAW)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    train = _table(10, seed=0)
+    post = bs.fit_posterior(LAW, train, method="laplace", seed=0, progress_bar=False)
+    return train, post
+
+
+def test_a_signed_target_is_fitted_as_a_positive_one_and_recovered(fitted):
+    train, post = fitted
+    assert (train["loss"] < 0).all()
+    c = target_shift(train["loss"])
+    assert c > 0 and post.target_shift == c and post.law.target_shift == c
+    assert post.ok, post.diagnostics
+    # the parameters are the law's own (E in the target's units): the truth inside 90%
+    for name, true in TRUE.items():
+        lo, hi = np.quantile(post.draws(name), [0.05, 0.95])
+        assert lo <= true <= hi, (name, lo, hi, true)
+    # forecasts are of L, not L + c: inside the table and beyond it (10x the largest N)
+    new = pd.DataFrame({"N": [3e8, 1e11]})
+    truth = np.asarray(LAW(TRUE, new))
+    f = post.forecast(new)
+    assert (f["median"] < 0).all()
+    assert np.all(np.abs(f["median"] - truth) < 0.03)
+    assert np.all((f["lower"] <= truth) & (truth <= f["upper"]))
+    assert f["extrapolated"].tolist() == [False, True]
+
+
+def test_coverage_and_scores_read_the_held_out_rows_as_given(fitted, tmp_path):
+    train, post = fitted
+    held = _table(6, seed=1)
+    cov = post.coverage(held, intervals=(0.9,), discrepancy="off")
+    assert cov[0.9] >= 0.75
+    ll = posterior_loglik(post, held)
+    assert np.isfinite(ll).all()
+    # the density of log(L + c) at the truth beats that of a table read as L (off by c)
+    wrong = held.assign(loss=held["loss"] + 1.0)
+    assert ll.mean() > posterior_loglik(post, wrong).mean() + 1.0
+    # saved and loaded: the law as written (the shift recorded), the same forecasts
+    path = tmp_path / "signed.nc"
+    post.save(path)
+    back = bs.load_posterior(path, law=LAW)
+    assert back.target_shift == post.target_shift
+    new = pd.DataFrame({"N": [1e11]})
+    pd.testing.assert_frame_equal(back.forecast(new), post.forecast(new))
+
+
+def test_a_zero_shift_refuses_a_signed_table_and_a_bad_shift_is_named():
+    train = _table(4, seed=0)
+    with pytest.raises(DataError, match="loss"):
+        bs.fit_posterior(LAW, train, method="laplace", target_shift=0, progress_bar=False)
+    with pytest.raises(bs.errors.BayesScalingError, match="target_shift"):
+        bs.fit_posterior(LAW, train, method="laplace", target_shift=math.inf,
+                         progress_bar=False)
