@@ -631,9 +631,17 @@ def main(argv=None, compile_cache=None):
                     help="refit the peer code's recorded purchases (peer/) with both scorers")
     ap.add_argument("--compare-peer", action="store_true",
                     help="write harness_agreement.md and mspe.md")
+    ap.add_argument("--paired", nargs=2, metavar=("A", "B"),
+                    help="method A against method B, paired, on the jobs of --results "
+                    "(paired_A_B.md beside it)")
     a = ap.parse_args(argv)
     if a.compile_cache:
         scaleout.use_compile_cache(a.compile_cache)  # this process and the workers it starts
+    if a.paired:
+        import scalebench_peer as peer
+
+        print(peer.paired_report(a.results, *a.paired))
+        return 0
     if a.scorers_run or a.rescore_peer or a.compare_peer:
         import scalebench_peer as peer
 
