@@ -209,7 +209,7 @@ def _check_columns(df, variables, law, rows_needed=True) -> None:
                 )
 
 
-def target_shift(loss) -> float:
+def target_shift_of(loss) -> float:
     """The constant that makes a signed target a positive one (0 when every finite value is
     already positive).
 
@@ -229,3 +229,22 @@ def target_shift(loss) -> float:
     c = room - lo
     step = 10.0 ** (np.floor(np.log10(c)) - 1)
     return float(f"{np.ceil(c / step) * step:.3g}")
+
+
+def shifted_table(law, df, target_shift=None):
+    """``(law, df, c)``: the law and table of ``loss + c`` (``fit_posterior`` and ``fit_map``'s
+    ``target_shift``): ``None`` picks ``c`` by :func:`target_shift` when ``df`` has a numeric
+    ``loss`` column (0 otherwise: validation names what is wrong), a number fixes it, 0 keeps the
+    table as it is. The law is ``law.shifted(c)`` (``Law.shifted``)."""
+    law = get_law(law)
+    if target_shift is None:
+        target_shift = (target_shift_of(df["loss"]) if isinstance(df, pd.DataFrame)
+                        and "loss" in df and pd.api.types.is_numeric_dtype(df["loss"]) else 0.0)
+    if isinstance(target_shift, bool) or not isinstance(target_shift, (int, float, np.number)) \
+            or not np.isfinite(target_shift):
+        raise DataError(f"target_shift must be a finite number or None (picked from the table), "
+                        f"got {target_shift!r}")
+    c = float(target_shift)
+    if c:
+        df = df.assign(loss=df["loss"] + c)
+    return law.shifted(c), df, c

@@ -26,6 +26,7 @@ import optax.tree_utils as otu
 import pandas as pd
 
 from .checks import check_fit_options, check_inputs
+from .data import shifted_table
 from .errors import FitError
 from .laws import Law
 from .laws import get as get_law
@@ -186,10 +187,16 @@ class MapFit:
     data_hash: str
     n_rows: int
 
+    @property
+    def target_shift(self) -> float:
+        """The constant ``c`` of a signed target fitted as ``loss + c`` (0 for a loss; ``fit_map``):
+        :attr:`law` is then the law of ``loss + c``, :meth:`predict` gives ``loss``."""
+        return float(self.settings.get("target_shift", 0.0) or 0.0)
+
     def predict(self, df) -> np.ndarray:
         """Predicted loss for each row of ``df`` (canonical columns)."""
         check_inputs(self.law, df)
-        return np.asarray(self.law(self.params, df))
+        return np.asarray(self.law(self.params, df)) - self.target_shift
 
     def predict_draws(self, df, kind="mean") -> np.ndarray:
         """Predictions as one draw, shape ``(1, n)``, so point fits and posteriors share an API.
@@ -203,7 +210,9 @@ class MapFit:
         """``bs.metrics.score`` of this fit's predictions on ``df``."""
         from .metrics import score
 
-        return score(df["loss"], self.predict(df), delta=delta or self.settings["delta"])
+        c = self.target_shift  # the log metrics of a signed target: of loss + c, as it was fitted
+        return score(np.asarray(df["loss"], float) + c, self.predict(df) + c,
+                     delta=delta or self.settings["delta"])
 
     @property
     def n_failed(self) -> int:
@@ -275,7 +284,8 @@ class MapFit:
         with open(path) as fh:
             d = json.load(fh)
         return cls(
-            law=Law.from_saved(d["law"], d.get("law_identity"), law, str(path)),
+            law=Law.from_saved(d["law"], d.get("law_identity"), law, str(path),
+                               d["settings"].get("target_shift", 0.0)),
             params={k: float(v) for k, v in d["params"].items()},
             objective=float(d["objective"]),
             starts=pd.DataFrame(d["starts"]),
@@ -300,6 +310,7 @@ def fit_map(
     method: str = "jax",
     inits: np.ndarray | None = None,
     max_iter: int = 2000,
+    target_shift: float | None = None,
 ) -> MapFit:
     """Fit ``law`` to the loss table ``df`` by minimising summed Huber_delta of log residuals.
 
@@ -316,6 +327,9 @@ def fit_map(
             loop of scipy L-BFGS-B runs with box bounds, one per start).
         inits: optional ``(n_starts, n_free)`` array of initial values overriding the draw.
         max_iter: iteration cap per start.
+        target_shift: a signed target (some loss at or below 0) is fitted as ``loss + c``:
+            ``None`` picks ``c`` (``bs.data.target_shift_of``; 0 for a table of losses), a number
+            fixes it, 0 refuses such a table (``bs.data.shifted_table``).
 
     Returns:
         :class:`MapFit`. Starts that end non-finite are kept in ``fit.starts`` (``finite=False``),
@@ -326,6 +340,7 @@ def fit_map(
     """
     check_fit_options(law, delta=delta, n_starts=n_starts, fixed=fixed)
     t0 = time.perf_counter()
+    law, df, shift = shifted_table(law, df, target_shift)
     prob, vdf = Problem.build(law, df, fixed)
     space = prob.space
     if inits is None:
@@ -377,6 +392,7 @@ def fit_map(
             "delta": delta, "n_starts": len(theta0), "seed": seed, "method": method,
             "fixed": dict(space.fixed), "max_iter": max_iter,
             "clipped": vdf.attrs.get("clipped", {}), "seconds": time.perf_counter() - t0,
+            "target_shift": shift,
         },
         data_hash=data_hash(vdf, cols + ["loss"]),
         n_rows=n,

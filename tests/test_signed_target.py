@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import bayes_scaling as bs
-from bayes_scaling.data import target_shift
+from bayes_scaling.data import target_shift_of as target_shift
 from bayes_scaling.errors import DataError
 from bayes_scaling.evaluate.probabilistic import posterior_loglik
 from bayes_scaling.laws import Law, Param
@@ -116,3 +116,32 @@ def test_a_zero_shift_refuses_a_signed_table_and_a_bad_shift_is_named():
     with pytest.raises(bs.errors.BayesScalingError, match="target_shift"):
         bs.fit_posterior(LAW, train, method="laplace", target_shift=math.inf,
                          progress_bar=False)
+
+
+def test_the_point_fit_takes_a_signed_target_the_same_way(tmp_path):
+    train = _table(10, seed=0)
+    fit = bs.fit_map(LAW, train, delta=1e-3, n_starts=16, seed=0)
+    assert fit.target_shift == target_shift(train["loss"]) > 0
+    # the parameters are the law's own, the predictions in the target's units
+    for name, true in TRUE.items():
+        assert fit.params[name] == pytest.approx(true, rel=0.15, abs=0.05), name
+    assert np.abs(fit.predict(train) - train["loss"]).max() < 5 * NOISE
+    assert np.isfinite(list(fit.score(train).values())).all()
+    path = tmp_path / "fit.json"
+    fit.save(path)
+    back = bs.MapFit.load(path, law=LAW)
+    np.testing.assert_allclose(back.predict(train), fit.predict(train))
+    with pytest.raises(DataError, match="loss"):
+        bs.fit_map(LAW, train, delta=1e-3, n_starts=4, target_shift=0)
+
+
+@pytest.mark.parametrize("method", ["residual_bootstrap", "conformal"])
+def test_the_peers_intervals_take_a_signed_target_too(method):
+    train = _table(10, seed=0)
+    query = pd.DataFrame({"N": [3e8, 3e10]})
+    truth = np.asarray(LAW(TRUE, query))
+    kw = {"n_boot": 20} if method == "residual_bootstrap" else {}
+    q = getattr(bs.evaluate.baselines, method)(LAW, train, query, levels=(0.9,), **kw)
+    assert q.attrs["settings"]["target_shift"] == target_shift(train["loss"])
+    assert (q["median"] < 0).all() and np.all(np.abs(q["median"] - truth) < 0.03)
+    assert np.all((q["lower90"] < q["median"]) & (q["median"] < q["upper90"]))

@@ -12,8 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..checks import check_fit_options
-from ..data import target_shift as data_target_shift
-from ..laws import get as get_law
+from ..data import shifted_table
 from ..errors import BayesScalingError, MultimodalWarning
 from ..objective import data_hash
 from .chains import drop_light_groups, modes_of_split_chains, weigh_modes
@@ -121,7 +120,7 @@ def fit_posterior(
         target_shift: the likelihood is on ``log L``, so a signed target (values at or below 0,
             e.g. a loss minus the unigram entropy) is fitted as ``L + c``: ``None`` (default)
             picks ``c`` from the table when some loss is not positive
-            (:func:`bayes_scaling.data.target_shift`; 0 otherwise), a number fixes it, 0 refuses
+            (:func:`bayes_scaling.data.target_shift_of`; 0 otherwise), a number fixes it, 0 refuses
             such a table. The posterior's law is then ``law.shifted(c)``, its table and
             likelihood are those of ``L + c``, and its forecasts, coverage and scores are of ``L``
             (``post.target_shift``; ``post.settings["target_shift"]``).
@@ -165,7 +164,7 @@ def fit_posterior(
     if chain_method == "auto":
         chain_method = ("parallel" if num_chains > 1 and jax.local_device_count() >= num_chains
                         else "vectorized")
-    law, df, shift = _shift_target(law, df, target_shift)
+    law, df, shift = shifted_table(law, df, target_shift)
     kw = dict(priors=priors, likelihood=likelihood, fixed=fixed, scale=scale, c=huber_c,
               student_df=student_df)
     spec0 = make_spec(law, coordinates=None, **kw)
@@ -305,22 +304,6 @@ def fit_posterior(
         warnings.warn(f"the posterior of {law.name}: " + "; ".join(dropped), MultimodalWarning,
                       stacklevel=2)
     return post
-
-
-def _shift_target(law, df, target_shift):
-    """``(law, df, c)``: the law and table of ``loss + c`` (``fit_posterior(target_shift=)``)."""
-    law = get_law(law)
-    if target_shift is None:
-        target_shift = (data_target_shift(df["loss"]) if isinstance(df, pd.DataFrame)
-                        and "loss" in df and pd.api.types.is_numeric_dtype(df["loss"]) else 0.0)
-    if isinstance(target_shift, bool) or not isinstance(target_shift, (int, float, np.number)) \
-            or not math.isfinite(target_shift):
-        raise BayesScalingError(f"target_shift must be a finite number or None (picked from the "
-                                f"table), got {target_shift!r}")
-    c = float(target_shift)
-    if c:
-        df = df.assign(loss=df["loss"] + c)
-    return law.shifted(c), df, c
 
 
 def _sides(spec, data, vdf, modes, kw):

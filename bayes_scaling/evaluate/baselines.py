@@ -25,6 +25,7 @@ the project's held-out splits (docs/forecasting.md, "Against the peers' interval
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -34,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from ..data import shifted_table
 from ..errors import BayesScalingError, DataError, FitError
 from ..fit import MapFit, fit_map
 from ..laws import get as get_law
@@ -137,6 +139,25 @@ def _prepare(law, train, query, levels):
     return law, train.reset_index(drop=True), query.reset_index(drop=True), levels
 
 
+def _signed_target(baseline):
+    """A baseline of a signed target (some loss at or below 0): run on ``loss + c``
+    (``bs.data.shifted_table``, as ``fit_posterior`` and ``fit_map`` do), its quantiles returned
+    in the target's own units (``settings["target_shift"]``)."""
+
+    @functools.wraps(baseline)
+    def run(law, train, query, *args, **kw):
+        law, train, c = shifted_table(law, train)
+        out = baseline(law, train, query, *args, **kw)
+        if c:
+            cols = [k for k in out.columns if k == "median" or k.startswith(("lower", "upper", "q"))]
+            out[cols] = out[cols] - c
+            out.attrs["settings"]["target_shift"] = c
+        return out
+
+    return run
+
+
+@_signed_target
 def bootstrap(law, train, query, levels=DEFAULT_LEVELS, *, n_boot=100, delta=1e-3, fixed=None,
               n_starts=4, seed=0, noise=True, taus=None) -> pd.DataFrame:
     """Intervals from a nonparametric bootstrap of the Huber MAP over training runs (Besiroglu et
@@ -180,6 +201,7 @@ def _with_residuals(log_f, resid, rng, per_fit=20) -> np.ndarray:
     return (log_f[:, None, :] + e[:, :, None]).reshape(-1, log_f.shape[1])
 
 
+@_signed_target
 def residual_bootstrap(law, train, query, levels=DEFAULT_LEVELS, *, n_boot=100, delta=1e-3,
                        fixed=None, n_starts=4, seed=0, noise=True, taus=None) -> pd.DataFrame:
     """Intervals from a residual bootstrap of the Huber MAP (Efron & Tibshirani 1993, Sec. 9.5),
@@ -280,6 +302,7 @@ def conformal_quantile(scores, level) -> tuple[float, bool]:
     return float(s[min(k, len(s)) - 1]), k > len(s)
 
 
+@_signed_target
 def conformal(law, train, query, levels=DEFAULT_LEVELS, *, axis=None, n_folds=4, min_fit=None,
               delta=1e-3, fixed=None, n_starts=64, seed=0, taus=None) -> pd.DataFrame:
     """Split-conformal intervals on leave-future-out log residuals (conformalized scaling laws;
