@@ -149,7 +149,8 @@ def _signed_target(baseline):
         law, train, c = shifted_table(law, train)
         out = baseline(law, train, query, *args, **kw)
         if c:
-            cols = [k for k in out.columns if k == "median" or k.startswith(("lower", "upper", "q"))]
+            cols = [k for k in out.columns
+                    if k == "median" or k.startswith(("lower", "upper", "q"))]
             out[cols] = out[cols] - c
             out.attrs["settings"]["target_shift"] = c
         return out
