@@ -62,14 +62,15 @@ def coverage(draws, y, level=0.9) -> float:
 
 
 def interval_width(draws, y=None, level=0.9, relative=True) -> float:
-    """Mean width of the central ``level`` interval, divided by ``y`` when ``relative``."""
+    """Mean width of the central ``level`` interval, divided by ``|y|`` when ``relative`` (a
+    signed target's width is relative to its magnitude)."""
     draws = np.asarray(draws, dtype=float)
     lo, hi = central_interval(draws, level)
     w = hi - lo
     if relative:
         if y is None:
             raise BayesScalingError("a relative width needs the observations y")
-        w = w / np.asarray(y, dtype=float).ravel()
+        w = w / np.abs(np.asarray(y, dtype=float).ravel())
     return float(np.mean(w))
 
 
@@ -367,7 +368,7 @@ def calibration_by(rows, by="dataset", levels=SCORE_LEVELS, grid=MSCE_GRID,
         ``(table, mean)``: ``table`` has one row per group: ``rows``, ``cov<pct>`` per level,
         ``msce`` (over ``levels``), ``msce_grid`` (over ``grid``), ``is<pct>`` (mean
         :func:`interval_score` per interval level), ``crps`` (mean), ``width<pct>_median``
-        (median of the ``width_level`` interval's width over ``y``); ``mean`` is the mean of
+        (median of the ``width_level`` interval's width over ``|y|``); ``mean`` is the mean of
         each column over the groups (each group counts once, whatever its number of rows).
     """
     need = ["y", "pit", "crps", by] + [f"{s}{round(100 * lv)}" for lv in
@@ -390,7 +391,7 @@ def calibration_by(rows, by="dataset", levels=SCORE_LEVELS, grid=MSCE_GRID,
             row[f"is{p}"] = float(np.mean(interval_score(r[f"lo{p}"], r[f"hi{p}"], y, lv)))
         row["crps"] = float(np.mean(r["crps"]))
         p = round(100 * width_level)
-        row[f"width{p}_median"] = float(np.median((r[f"hi{p}"] - r[f"lo{p}"]) / y))
+        row[f"width{p}_median"] = float(np.median((r[f"hi{p}"] - r[f"lo{p}"]) / np.abs(y)))
         out.append(row)
     table = pd.DataFrame(out)
     return table, table.drop(columns=[by]).mean(numeric_only=True)
