@@ -200,9 +200,10 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
     # model discrepancy at extrapolated rows, which the variance criterion would score as
     # removable (the refit criterion takes it in through its own moments, below)
     src = posterior if draws is None else draws
-    Fc = np.log(predict_draws(src, candidates))
-    Fq = np.log(predict_draws(src, queries))
-    Fo = np.log(predict_draws(src, observed)) if criterion == "refit" else Fq[:, :0]
+    c = getattr(src, "target_shift", 0.0)  # a signed target: its log law values are of loss + c
+    Fc = np.log(predict_draws(src, candidates) + c)
+    Fq = np.log(predict_draws(src, queries) + c)
+    Fo = np.log(predict_draws(src, observed) + c) if criterion == "refit" else Fq[:, :0]
     if Fc.shape[0] < 3:
         raise BayesScalingError(f"anchor selection needs posterior draws; got {Fc.shape[0]} "
                                 "draw(s) (a point fit carries no uncertainty to reduce)")

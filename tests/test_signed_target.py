@@ -145,3 +145,20 @@ def test_the_peers_intervals_take_a_signed_target_too(method):
     assert q.attrs["settings"]["target_shift"] == target_shift(train["loss"])
     assert (q["median"] < 0).all() and np.all(np.abs(q["median"] - truth) < 0.03)
     assert np.all((q["lower90"] < q["median"]) & (q["median"] < q["upper90"]))
+
+
+def test_plans_and_run_choices_read_the_same_units(fitted):
+    train, post = fitted
+    new = pd.DataFrame({"N": [3e8, 1e11]})
+    draws = bs.plan.as_draws(post)
+    assert draws.target_shift == post.target_shift
+    np.testing.assert_allclose(draws.predict_draws(new),
+                               post.predict_draws(new, discrepancy="off"), rtol=1e-9)
+    assert (bs.plan.as_draws(bs.fit_map(LAW, train, delta=1e-3, n_starts=8)).predict_draws(new)
+            < 0).all()
+    # which run to buy next for a forecast at 1e11: a finite criterion, a run bought
+    pool = pd.DataFrame({"N": [2e10, 5e10, 1e7]})
+    pick = bs.anchors.select(post, pool, budget=1.0, cost=lambda d: np.ones(len(d)),
+                             queries=new.iloc[[1]])
+    assert len(pick) >= 1 and np.isfinite(pick.filter(like="criterion").to_numpy(float)).all()
+    assert pick["N"].iloc[0] >= 2e10 and pick["reduction"].iloc[0] > 0  # not the small run

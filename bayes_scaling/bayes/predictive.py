@@ -79,6 +79,8 @@ class ParamDraws:
         likelihood: the likelihood on ``log L``: ``"huber"``, ``"student_t"`` or ``"normal"``.
         c, student_df: the Huber threshold and the Student-t degrees of freedom.
         data_range: optional ``{column: (min, max)}`` of the rows the draws were fitted on.
+        target_shift: the ``c`` of a signed target fitted as ``loss + c`` (``law`` is then the
+            law of ``loss + c``; :meth:`predict_draws` gives ``loss``).
     """
 
     law: Law
@@ -88,6 +90,7 @@ class ParamDraws:
     c: float = HUBER_C
     student_df: float = STUDENT_DF
     data_range: dict | None = None
+    target_shift: float = 0.0
 
     def __post_init__(self):
         self.law = get_law(self.law)
@@ -126,13 +129,14 @@ class ParamDraws:
         if kind not in ("mean", "predictive"):
             raise BayesScalingError(f"kind must be 'mean' or 'predictive', got {kind!r}")
         out = np.asarray(self.evaluate(law_inputs(self.law, df)))
-        if kind == "mean":
-            return out
-        if self.sigma is None:
-            raise BayesScalingError("kind='predictive' needs sigma draws (the likelihood scale)")
-        key, _ = jax.random.split(jax.random.PRNGKey(seed))
-        return observation_draws(out, self.sigma, self.likelihood, key, c=self.c,
-                                 student_df=self.student_df)
+        if kind == "predictive":
+            if self.sigma is None:
+                raise BayesScalingError("kind='predictive' needs sigma draws (the likelihood "
+                                        "scale)")
+            key, _ = jax.random.split(jax.random.PRNGKey(seed))
+            out = observation_draws(out, self.sigma, self.likelihood, key, c=self.c,
+                                    student_df=self.student_df)
+        return out - self.target_shift if self.target_shift else out
 
     def thin(self, max_draws: int | None) -> ParamDraws:
         """At most ``max_draws`` evenly spaced draws (all of them when ``None``)."""
@@ -141,7 +145,7 @@ class ParamDraws:
         idx = np.unique(np.linspace(0, self.n_draws - 1, int(max_draws)).round().astype(int))
         return ParamDraws(self.law, {k: v[idx] for k, v in self.params.items()},
                           None if self.sigma is None else self.sigma[idx], self.likelihood,
-                          self.c, self.student_df, self.data_range)
+                          self.c, self.student_df, self.data_range, self.target_shift)
 
 
 _JIT_CACHE = Programs(8, "law values")
@@ -189,12 +193,18 @@ def as_draws(obj, max_draws: int | None = None) -> ParamDraws:
         return ParamDraws(law, params, sigma, settings.get("likelihood", "normal"),
                           float(settings.get("c", HUBER_C)),
                           float(settings.get("student_df", STUDENT_DF)),
-                          fitted_range(obj)).thin(max_draws)
+                          fitted_range(obj), _shift_of(obj)).thin(max_draws)
     params = getattr(obj, "params", None)
     if isinstance(params, Mapping):
-        return ParamDraws(law, {k: np.array([float(v)]) for k, v in params.items()})
+        return ParamDraws(law, {k: np.array([float(v)]) for k, v in params.items()},
+                          target_shift=_shift_of(obj))
     raise BayesScalingError(f"cannot read parameter draws from {type(obj).__name__}: it has "
                             "neither idata.posterior nor a params dict")
+
+
+def _shift_of(obj) -> float:
+    """A fit's ``target_shift`` (a signed target fitted as ``loss + c``; 0 otherwise)."""
+    return float((getattr(obj, "settings", None) or {}).get("target_shift", 0.0) or 0.0)
 
 
 def idata_group(obj, name: str):
