@@ -917,7 +917,7 @@ def scores(r: pd.DataFrame) -> dict:
     for lv in LEVELS:
         p = round(100 * lv)
         out[f"cov{p}"] = float(np.mean((r["y"] >= r[f"lo{p}"]) & (r["y"] <= r[f"hi{p}"])))
-    w = (r["hi90"] - r["lo90"]) / r["y"]
+    w = (r["hi90"] - r["lo90"]) / r["y"].abs()  # a signed target: relative to its magnitude
     out["width90_rel"], out["width90_median"] = float(np.mean(w)), float(np.median(w))
     out["crps"] = float(np.mean(r["crps"]))
     return out

@@ -66,6 +66,7 @@ def cmd_fit(args) -> None:
         fit = fit_map(args.law, df, delta=args.delta, n_starts=args.n_starts, seed=args.seed,
                       fixed=fixed or None, method=args.method)
     print_fit(fit, df)
+    print_shift(fit)
     if args.out:
         fit.save(args.out)
         print(f"saved {args.out}")
@@ -228,12 +229,21 @@ def cmd_posterior(args) -> None:
     post.save(args.out)
     print(repr(post))
     print(post.summary().to_string())
+    print_shift(post)
     print(f"saved {args.out}")
     if args.figure:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             fit_plot(post, df, path=args.figure)
         print(f"saved {args.figure}")
+
+
+def print_shift(fit) -> None:
+    """Say so when a signed target was fitted as ``loss + c`` (``target_shift``)."""
+    if fit.target_shift:
+        print(f"signed target: fitted as loss + {fit.target_shift:g} (the likelihood is on log "
+              "loss; parameters and forecasts are in the target's own units, in-sample log "
+              "metrics of loss + c)")
 
 
 def cmd_forecast(args) -> None:

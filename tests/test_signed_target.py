@@ -162,3 +162,31 @@ def test_plans_and_run_choices_read_the_same_units(fitted):
                              queries=new.iloc[[1]])
     assert len(pick) >= 1 and np.isfinite(pick.filter(like="criterion").to_numpy(float)).all()
     assert pick["N"].iloc[0] >= 2e10 and pick["reduction"].iloc[0] > 0  # not the small run
+
+
+def test_the_command_line_fits_and_forecasts_a_signed_table(tmp_path, capsys):
+    from bayes_scaling.cli import main
+
+    (tmp_path / "laws.py").write_text(
+        "import bayes_scaling as bs\n"
+        "bs.laws.register(bs.laws.Law(name='signed_offset_cli', variables=('N',),\n"
+        "    params=(bs.laws.Param('E', -10.0, 10.0, (-6.0, 3.0)),\n"
+        "            bs.laws.Param('A', 1e-3, 1e6, (1.0, 1e4), True),\n"
+        "            bs.laws.Param('a', 0.05, 1.5, (0.1, 0.8))),\n"
+        "    fn=lambda p, x: p['E'] + p['A'] / x['N'] ** p['a']), replace=True)\n")
+    train = _table(10, seed=0)
+    train.to_csv(tmp_path / "runs.csv", index=False)
+    pd.DataFrame({"N": [1e11]}).to_csv(tmp_path / "big.csv", index=False)
+    mod = ["--law-module", str(tmp_path / "laws.py")]
+    c = target_shift(train["loss"])
+    assert main(["fit", *mod, "--law", "signed_offset_cli", "--delta", "1e-3", "--n-starts", "16",
+                 str(tmp_path / "runs.csv")]) == 0
+    assert f"fitted as loss + {c:g}" in capsys.readouterr().out
+    assert main(["posterior", *mod, "--law", "signed_offset_cli", "--method", "laplace",
+                 str(tmp_path / "runs.csv"), "--out", str(tmp_path / "post.nc")]) == 0
+    capsys.readouterr()
+    assert main(["forecast", *mod, str(tmp_path / "post.nc"), str(tmp_path / "big.csv"),
+                 "--out", str(tmp_path / "f.csv")]) == 0
+    f = pd.read_csv(tmp_path / "f.csv")
+    truth = float(LAW(TRUE, {"N": np.array([1e11])})[0])
+    assert f["lower"].iloc[0] <= truth <= f["upper"].iloc[0] < 0
