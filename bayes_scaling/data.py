@@ -233,7 +233,7 @@ def target_shift_of(loss) -> float:
 
 def shifted_table(law, df, target_shift=None):
     """``(law, df, c)``: the law and table of ``loss + c`` (``fit_posterior`` and ``fit_map``'s
-    ``target_shift``): ``None`` picks ``c`` by :func:`target_shift` when ``df`` has a numeric
+    ``target_shift``): ``None`` picks ``c`` by :func:`target_shift_of` when ``df`` has a numeric
     ``loss`` column (0 otherwise: validation names what is wrong), a number fixes it, 0 keeps the
     table as it is. The law is ``law.shifted(c)`` (``Law.shifted``)."""
     law = get_law(law)

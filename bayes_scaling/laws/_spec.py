@@ -323,7 +323,7 @@ class Law:
     @property
     def unshifted_fn(self) -> Callable:
         """``fn`` without the :meth:`shifted` constant."""
-        return self.fn.__wrapped__ if self.target_shift else self.fn
+        return getattr(self.fn, "__wrapped__", self.fn) if self.target_shift else self.fn
 
     def shifted(self, shift: float) -> "Law":
         """The law of ``loss + shift``: ``fn(p, x) + shift``, the same parameters and inputs.
