@@ -48,8 +48,8 @@ _POS = dict(lower=0.0, fix="losses and sizes must be positive; drop or correct t
 RULES: dict[str, Rule] = {
     "loss": Rule(0.0, what="validation loss (nats/token)",
                  fix="losses must be positive; drop or correct these rows, or, for a signed target "
-                 "(a loss minus a baseline), let fit_posterior fit it as loss + c (its "
-                 "target_shift, picked by default)"),
+                 "(a loss minus a baseline), let fit_posterior or fit_map fit it as loss + c "
+                 "(their target_shift, picked by default unless set to 0)"),
     "N": Rule(**_POS, what="parameters"),
     "M": Rule(**_POS, what="non-embedding FLOPs per token"),
     "D": Rule(0.0, what="tokens", fix="tokens must be positive; the laws diverge at D = 0, so keep "
