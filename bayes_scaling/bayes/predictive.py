@@ -193,18 +193,13 @@ def as_draws(obj, max_draws: int | None = None) -> ParamDraws:
         return ParamDraws(law, params, sigma, settings.get("likelihood", "normal"),
                           float(settings.get("c", HUBER_C)),
                           float(settings.get("student_df", STUDENT_DF)),
-                          fitted_range(obj), _shift_of(obj)).thin(max_draws)
+                          fitted_range(obj), getattr(obj, "target_shift", 0.0)).thin(max_draws)
     params = getattr(obj, "params", None)
     if isinstance(params, Mapping):
         return ParamDraws(law, {k: np.array([float(v)]) for k, v in params.items()},
-                          target_shift=_shift_of(obj))
+                          target_shift=getattr(obj, "target_shift", 0.0))
     raise BayesScalingError(f"cannot read parameter draws from {type(obj).__name__}: it has "
                             "neither idata.posterior nor a params dict")
-
-
-def _shift_of(obj) -> float:
-    """A fit's ``target_shift`` (a signed target fitted as ``loss + c``; 0 otherwise)."""
-    return float((getattr(obj, "settings", None) or {}).get("target_shift", 0.0) or 0.0)
 
 
 def idata_group(obj, name: str):

@@ -206,7 +206,7 @@ def posterior_loglik(post, df, mean_draws=None, keep=None) -> np.ndarray:
         sigma = sigma[np.asarray(keep, bool)]
     if sigma.shape[0] != mean.shape[0]:
         raise BayesScalingError(f"{sigma.shape[0]} scale draws for {mean.shape[0]} mean draws")
-    c = float(st.get("target_shift", 0.0) or 0.0)  # a signed target fitted as loss + c
+    c = getattr(post, "target_shift", 0.0)  # a signed target fitted as loss + c
     r = np.log(df["loss"].to_numpy(dtype=float) + c)[None, :] - np.log(mean + c)
     return np.asarray(log_likelihood(r, sigma[:, None], st["likelihood"], c=float(st["c"]),
                                      student_df=float(st["student_df"])), dtype=float)
