@@ -413,16 +413,16 @@ def summary(results, quick, seconds):
     c2 = all(r["rf_min_when_two_stage_wins"] >= 1 - 1e-4 for _, r in rows)
     L += ["", "2. *With gamma2 < gamma the optimal two-stage schedule ends at r_f = 1* (Sec. 4.1): "
           f"{verdict(c2)}: min r_f* over the cells where multi 2-stage wins = " +
-          ", ".join(f"{NAMES[l]} {r['rf_min_when_two_stage_wins']:.6f} (its r* up to "
-                    f"{r['r_max_when_two_stage_wins']:.3f})" for l, r in rows) + "."]
+          ", ".join(f"{NAMES[lang]} {r['rf_min_when_two_stage_wins']:.6f} (its r* up to "
+                    f"{r['r_max_when_two_stage_wins']:.3f})" for lang, r in rows) + "."]
     c3 = all(r["k_collapse_mono_1stage"] < 1e-4 for _, r in rows)
     L += ["", "3. *For a fixed ratio schedule, k* depends on (C, D_T) only through D_T/D*(C)* "
           "(Eq. 13, App. D.6.3, exact): " + verdict(c3) + ": largest spread of log2 k* across "
           "f_C = -4..0 at equal D_T/D*(C) (k* >= 1, over the scarcity range the paper's grid "
           "spans), mono 1-stage: " +
-          ", ".join(f"{NAMES[l]} {r['k_collapse_mono_1stage']:.1e} (log2 x in "
+          ", ".join(f"{NAMES[lang]} {r['k_collapse_mono_1stage']:.1e} (log2 x in "
                     f"[{r['paper_log2x_range'][0]:.1f}, {r['paper_log2x_range'][1]:.1f}])"
-                    for l, r in rows) + ". (Far below that range, k* in the hundreds, the loss "
+                    for lang, r in rows) + ". (Far below that range, k* in the hundreds, the loss "
           "is flat in k to float precision and the argmin is not numerically resolvable.)"]
     c4 = all(abs(r[f"k_slope_{ap}"][0]) < 0.25 * r["dstar_slope"]
              for _, r in rows for ap in ("multi_1stage", "multi_2stage"))
@@ -431,8 +431,8 @@ def summary(results, quick, seconds):
           + verdict(c4) + ". At fixed D_T, D*(C) (hence k* in the small-k regime) moves by "
           "alpha/(alpha+beta) log2 units per unit f_C; at fixed D_T/D*(C) the residual slope "
           "d log2 k*/d f_C (median over x; max |.|) and the largest spread over f_C = -4..0 are:"]
-    for l, r in rows:
-        L.append(f"   - {NAMES[l]} (alpha/(alpha+beta) = {r['dstar_slope']:.3f}): " + "; ".join(
+    for lang, r in rows:
+        L.append(f"   - {NAMES[lang]} (alpha/(alpha+beta) = {r['dstar_slope']:.3f}): " + "; ".join(
             f"{SHORT[ap]} {r[f'k_slope_{ap}'][0]:+.3f} (max {r[f'k_slope_{ap}'][1]:.3f}), spread "
             f"{r[f'k_collapse_{ap}']:.3f}" for ap in ("multi_1stage", "multi_2stage")) + ".")
     L.append("   Residual slope below a quarter of alpha/(alpha+beta): the collapse removes most of "
@@ -440,7 +440,7 @@ def summary(results, quick, seconds):
     L += ["", "5. *Small-k asymptote k* ~ r D*(C)/D_T* (Eqs. 51-53): ratio k* / (r* D*(C)/D_T) on "
           "cells with 1 <= k* <= 1.5 (and 1 <= k* <= 4):"]
     c5 = True
-    for l, r in rows:
+    for lang, r in rows:
         parts = []
         for ap in APPROACHES:
             a, b = r[f"smallk_ratio_k15_{ap}"]
@@ -448,7 +448,7 @@ def summary(results, quick, seconds):
             parts.append(f"{SHORT[ap]} [{a:.3f}, {b:.3f}] ([{a4:.3f}, {b4:.3f}])")
             if np.isfinite(a):
                 c5 &= 0.8 <= a and b <= 1.25
-        L.append(f"   - {NAMES[l]}: " + "; ".join(parts) + ".")
+        L.append(f"   - {NAMES[lang]}: " + "; ".join(parts) + ".")
     L.append(f"   Within 25% of the asymptote where k* <= 1.5: {verdict(c5)}; the ratio falls below 1 "
              "as k* grows (saturation of D' and M' makes extra epochs less useful than the "
              "asymptote assumes).")
@@ -456,28 +456,28 @@ def summary(results, quick, seconds):
     L += ["", "6. *The predicted M* stays relatively stable as D_T decreases: its variation is smaller "
           "than the experiments' model-scale resolution (Delta f_M = 1, a factor 2)* (App. D.7.1, "
           "Fig. 9): " + verdict(c6) + ": per f_C, max - min of log2 M* over the paper's D_T range: "
-          + "; ".join(f"{NAMES[l]} " + ", ".join(f"{k}: {v:.2f}" for k, v in r["log2_M_variation"].items())
-                      for l, r in rows) + ". Against the Chinchilla compute-optimal M*(C), "
-          "log2(M*/M*(C)) spans " + "; ".join(f"{NAMES[l]} [{r['log2_M_over_Mchin_range'][0]:+.2f}, "
-                                           f"{r['log2_M_over_Mchin_range'][1]:+.2f}]" for l, r in rows)
+          + "; ".join(f"{NAMES[lang]} " + ", ".join(f"{k}: {v:.2f}" for k, v in r["log2_M_variation"].items())
+                      for lang, r in rows) + ". Against the Chinchilla compute-optimal M*(C), "
+          "log2(M*/M*(C)) spans " + "; ".join(f"{NAMES[lang]} [{r['log2_M_over_Mchin_range'][0]:+.2f}, "
+                                           f"{r['log2_M_over_Mchin_range'][1]:+.2f}]" for lang, r in rows)
           + " (the paper: the Chinchilla M*(C) is 'a good starting point')."]
     L.append("   *M* increases gradually as D_T decreases in the mono regime, then decreases slightly "
              "after the switch*: share of consecutive steps with that sign: " +
-             "; ".join(f"{NAMES[l]} mono {r['M_increases_in_mono_regime']:.2f}, multi 2-stage "
-                       f"{r['M_decreases_in_multi_regime']:.2f}" for l, r in rows) + ".")
+             "; ".join(f"{NAMES[lang]} mono {r['M_increases_in_mono_regime']:.2f}, multi 2-stage "
+                       f"{r['M_decreases_in_multi_regime']:.2f}" for lang, r in rows) + ".")
     # Claim 7: r*
     L += ["", "7. *r* = 1 down to a threshold below D*(C); below it log2 r* decreases about "
           "linearly in log2(D_T/D*(C)); the threshold almost aligns across C with a residual, "
           "about equally spaced shift in log2 C* (App. D.7.2, Fig. 10):"]
     c7 = True
-    for l, r in rows:
+    for lang, r in rows:
         th = {k: v for k, v in r["threshold"].items() if isinstance(v, tuple) and int(k) in FC_PAPER}
         fits = r["r_fit"]
         r2min = min(v[1] for v in fits.values()) if fits else np.nan
         slopes = [v[0] for v in fits.values()]
         steps = r["boundary_steps"]
         c7 &= bool(fits) and r2min > 0.95 and all(v[0] < 0 for v in th.values())
-        L.append(f"   - {NAMES[l]}: threshold log2(D_T/D*) per f_C = " +
+        L.append(f"   - {NAMES[lang]}: threshold log2(D_T/D*) per f_C = " +
                  ", ".join(f"{int(k)}: {v[0]:+.3f}" for k, v in th.items()) +
                  f" (spread {r['boundary_spread']:.3f}; steps " +
                  ", ".join(f"{s_:+.3f}" for s_ in steps) + "); r* just below it: " +
@@ -487,28 +487,28 @@ def summary(results, quick, seconds):
                   "; too few multi-lingual cells in the paper range for a fit")
                  + (f"; r* at the lower search bound in {r['r_at_bound']} cells" if r["r_at_bound"] else "")
                  + ".")
-    jumps = {l: [v[1] for k, v in r["threshold"].items() if isinstance(v, tuple) and int(k) in FC_PAPER]
-             for l, r in rows}
-    spacing = {l: (max(abs(x) for x in r["boundary_steps"]) / max(min(abs(x) for x in r["boundary_steps"]), 1e-12))
-               for l, r in rows if r["boundary_steps"]}
-    near = [l for l, v in spacing.items() if v < 1.5]
+    jumps = {lang: [v[1] for k, v in r["threshold"].items() if isinstance(v, tuple) and int(k) in FC_PAPER]
+             for lang, r in rows}
+    spacing = {lang: (max(abs(x) for x in r["boundary_steps"]) / max(min(abs(x) for x in r["boundary_steps"]), 1e-12))
+               for lang, r in rows if r["boundary_steps"]}
+    near = [lang for lang, v in spacing.items() if v < 1.5]
     L.append("   'Equally spaced' shift: ratio of the largest to the smallest step per unit f_C = "
-             + "; ".join(f"{NAMES[l]} {v:.1f}" for l, v in spacing.items())
+             + "; ".join(f"{NAMES[lang]} {v:.1f}" for lang, v in spacing.items())
              + " (1 = perfectly equal; the threshold moves to scarcer corpora as compute grows; "
-             + (f"steps within a factor 1.5 of each other: {', '.join(NAMES[l] for l in near)}"
+             + (f"steps within a factor 1.5 of each other: {', '.join(NAMES[lang] for lang in near)}"
                 if near else "no language has steps within a factor 1.5 of each other") + ").")
     jump = max((1 - min(v) for v in jumps.values() if v), default=np.nan)
     how = ("continuously: 1 - r* just below the threshold is at most "
            f"{jump:.2f} (the two-stage optimum moves off r = 1 as the corpus shrinks)"
            if jump < 0.02 else
            "discontinuously where the r = 1 and r < 1 optima exchange; the jump (1 - r* just "
-           "below the threshold) is " + "; ".join(f"{NAMES[l]} {1 - max(v):.2f}..{1 - min(v):.2f}"
-                                                  for l, v in jumps.items() if v))
+           "below the threshold) is " + "; ".join(f"{NAMES[lang]} {1 - max(v):.2f}..{1 - min(v):.2f}"
+                                                  for lang, v in jumps.items() if v))
     L.append(f"   Threshold below D*(C), log-linear r* below it, threshold nearly aligned across C: "
              f"{verdict(c7)}. With r continuous, r* leaves 1 {how}. "
              "Far below the paper's range r* turns back up (more epochs of the corpus instead of "
              "more high-resource data): " + ", ".join(
-                 f"{NAMES[l]} {'yes' if r['r_turns_up_below_range'] else 'no'}" for l, r in rows) + ".")
+                 f"{NAMES[lang]} {'yes' if r['r_turns_up_below_range'] else 'no'}" for lang, r in rows) + ".")
     L += ["", "## Figures", "",
           "- `fig1_approach_map.png`: best approach over (log2 D_T/D_T0, f_C), loss contours, "
           "D*(C) (red dashed), approach boundary (black), the paper's grid (grey bars); bottom: loss of "
