@@ -61,6 +61,7 @@ import math
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -652,8 +653,6 @@ def run_subprocess(case: Case, role: str, seeds, timeout: float, path: Path = RE
     a cap on its CPU seconds (all threads; the kernel stops it past ``cpu_cap``: a cap on the
     work, whatever the machine's load); on a cap or a crash, a line saying so for each seed that
     wrote none."""
-    import signal
-
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", case.name, role,
            *map(str, seeds), "--results", str(path)]
     if cpu_cap:
@@ -671,6 +670,10 @@ def run_subprocess(case: Case, role: str, seeds, timeout: float, path: Path = RE
         os.killpg(proc.pid, 9)
         out, _ = proc.communicate()
         how = "timeout"
+    except BaseException:  # Ctrl-C or SIGTERM (see main): the worker must not outlive its driver
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        raise
     written = {r["seed"] for r in read_results(path)[n_before:] if r["case"] == case.name
                and r["role"] == role}
     for s in seeds:
@@ -952,6 +955,8 @@ def main(argv=None):
         for a in (argv if argv is not None else sys.argv[1:]))
     COMMAND[0] = command
     if not args.summary_only:
+        # a SIGTERM unwinds the driver as Ctrl-C does, so that run_subprocess stops its worker
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
         roles = ["default"] if args.redo_default else args.roles
         redo = engine_version() if args.redo_default else None
         for c in chosen:

@@ -257,3 +257,42 @@ def test_paired_compares_each_run_with_the_engine_before_it(suite):
     assert "| b | 1/1 | 1/1 | 20 | 30 |" in text and "| c |" not in text
     assert "Converged: 2/3 before, 3/3 after" in text
     assert "median paired ratio 0.50, faster in 2 of 3" in text
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, or no such process, is not running)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_a_stopped_driver_stops_its_worker(tmp_path):
+    """SIGTERM to the driver (what `kill` sends) ends its worker too, which runs in a process
+    group of its own and would otherwise go on fitting with nobody to read its result."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    driver = subprocess.Popen(
+        [sys.executable, str(PATH), "--only", "^sim/chinchilla/r0$", "--roles", "default",
+         "--results", str(tmp_path / "r.jsonl"), "--summary", str(tmp_path / "s.md")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children = Path(f"/proc/{driver.pid}/task/{driver.pid}/children")
+    worker, t0 = None, time.monotonic()
+    while worker is None and driver.poll() is None and time.monotonic() - t0 < 120:
+        kids = children.read_text().split() if children.exists() else []
+        worker = int(kids[0]) if kids else None
+        time.sleep(0.1)
+    try:
+        assert worker is not None, "the driver started no worker"
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(timeout=60) == 128 + signal.SIGTERM
+        assert not _alive(worker)
+    finally:
+        driver.kill()
+        if worker is not None and _alive(worker):
+            os.kill(worker, signal.SIGKILL)
