@@ -287,7 +287,7 @@ class Law:
                 # device_put, not jnp.asarray: no compiled program per table size
                 x[v] = jax.device_put(np.asarray(df[col], dtype=np.float64))
             elif v in self.defaults:
-                x[v] = jnp.full((n,), float(self.defaults[v]))
+                x[v] = jax.device_put(np.full(n, float(self.defaults[v])))
             else:
                 raise KeyError(f"law {self.name} needs column {col!r} (variable {v!r})")
         return x
