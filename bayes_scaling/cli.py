@@ -38,7 +38,8 @@ from .cli_commands import (
     cmd_posterior,
     step,
 )
-from .cli_input import import_law_modules, nonnegative_int, positive_int, probability
+from .cli_input import (import_law_modules, nonnegative_int, positive_int, positive_seconds,
+                        probability)
 from .cli_runs import add_compare_parser, add_design_parser, cmd_analyses, cmd_train
 from .errors import BayesScalingError, LawError
 
@@ -91,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0,
                    help="seed of the mode search and the sampler (default 0)")
     s.add_argument("--query", help="pandas query selecting rows")
+    s.add_argument("--time-limit", type=positive_seconds, metavar="SECONDS",
+                   help="stop retrying a run that fails its checks once a retry would pass this "
+                        "many seconds (predicted from the attempt before it; default: no limit)")
     s.add_argument("--allow-unconverged", action="store_true",
                    help="keep a posterior that fails its convergence checks, labelled NOT "
                         "CONVERGED (by default it is an error and nothing is written)")

@@ -215,6 +215,7 @@ def cmd_posterior(args) -> None:
         post = fit_posterior(args.law, df, method=args.method, likelihood=args.likelihood,
                              num_chains=args.chains, num_warmup=args.warmup,
                              num_samples=args.samples, seed=args.seed,
+                             time_limit=args.time_limit,
                              progress_bar=sys.stderr.isatty())  # no bar lines in a log
     if not post.ok:
         if not args.allow_unconverged:

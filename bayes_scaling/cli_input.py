@@ -129,6 +129,17 @@ def int_at_least(text: str, least: int) -> int:
     return v
 
 
+def positive_seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}") \
+            from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return v
+
+
 def probability(text: str) -> float:
     try:
         v = float(text)

@@ -98,6 +98,8 @@ CASES = [
     ("demo-draws-0", ["demo", "--draws", "0"], ["--draws", ">= 1"]),
     ("posterior-chains-0", ["posterior", "--law", "chinchilla", "{d}/good.csv", "--out",
                             "{d}/p.nc", "--chains", "0"], ["--chains", ">= 1"]),
+    ("posterior-time-limit-0", ["posterior", "--law", "chinchilla", "{d}/good.csv", "--out",
+                                "{d}/p.nc", "--time-limit", "0"], ["--time-limit", "seconds > 0"]),
     ("posterior-samples-0", ["posterior", "--law", "chinchilla", "{d}/good.csv", "--out",
                              "{d}/p.nc", "--samples", "0"], ["--samples", ">= 1"]),
     ("posterior-out-missing-dir", ["posterior", "--law", "chinchilla", "{d}/good.csv", "--out",

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 import bayes_scaling as bs
+from bayes_scaling.bayes import api as nuts_api
 from bayes_scaling.bayes import nuts
 from bayes_scaling.bayes.distributions import FlatPrior
 from bayes_scaling.laws import Law, Param
@@ -210,6 +211,42 @@ def test_a_parameter_no_ladder_can_rescue_is_refused_with_the_attempts_listed(ta
     assert all(f"attempt {a['attempt']}" in message for a in attempts)
     with pytest.raises(bs.errors.ConvergenceError, match=f"{len(attempts)} attempts"):
         post.forecast(table.head(2))
+
+
+def test_a_retry_predicted_past_the_time_limit_is_not_made_and_the_refusal_says_so(table,
+                                                                                   rescued):
+    """The run the ladder rescues above (``rescued``: a retry made) under a time limit its first
+    attempt alone exceeds: the same first run, no retry, and a refusal naming the attempt not
+    made, its predicted seconds and the limit."""
+    with pytest.warns(bs.ConvergenceWarning, match=r"time_limit=0.001 s"):
+        post = bs.fit_posterior(POWER, table, time_limit=1e-3, **SHORT)
+    (first,) = post.diagnostics["attempts"]
+    assert first["min_ess_tail"] == pytest.approx(
+        rescued.diagnostics["attempts"][0]["min_ess_tail"])  # the same first run
+    assert len(rescued.diagnostics["attempts"]) > 1 and rescued.ok  # which a retry rescues
+    assert not post.ok
+    with pytest.raises(bs.errors.ConvergenceError, match=r"attempt 2 \(.*\) was not made: it "
+                       r"would take about \d+ s"):
+        post.forecast(table.head(2))
+
+
+def test_the_predicted_seconds_of_an_attempt_and_when_they_pass_the_limit():
+    import time
+
+    last = {"seconds": 2.0, "iterations": 400}
+    assert nuts_api.predicted_seconds(last, 1200) == pytest.approx(6.0)
+    now = time.perf_counter()
+    assert nuts_api.over_time(last, 1200, None, None) == ""  # no limit
+    assert nuts_api.over_time(last, 1200, now + 60.0, 100.0) == ""  # 6 s fit in the 60 s left
+    why = nuts_api.over_time(last, 1200, now + 3.0, 100.0)
+    assert "about 6 s" in why and "5 ms per iteration" in why and "time_limit=100 s" in why
+    assert "97 s of time_limit" in why
+
+
+@pytest.mark.parametrize("bad", [0, -5.0, True, "60"])
+def test_time_limit_must_be_positive_seconds(table, bad):
+    with pytest.raises(bs.errors.BayesScalingError, match="time_limit must be a number"):
+        bs.fit_posterior(POWER, table, time_limit=bad)
 
 
 def test_retries_must_be_a_count(table):

@@ -58,6 +58,7 @@ def fit_posterior(
     max_iter: int = 1000,
     allow_unconverged: bool = False,
     retries: int = LADDER_RETRIES,
+    time_limit: float | None = None,
     target_shift: float | None = None,
 ) -> Posterior:
     """Posterior of ``law``'s parameters given the loss table ``df``.
@@ -117,6 +118,15 @@ def fit_posterior(
             the first attempt's sampler iterations (``nuts.LADDER_MAX_WARMUP``,
             ``nuts.LADDER_COST_CAP``). A retry replaces the previous draws; its settings are in
             ``post.diagnostics["attempts"]``.
+        time_limit: seconds the call may take before it stops trying (``None``: no limit). It
+            is checked before each retry, and before the second round of sampling when the
+            chains found modes the optimiser missed: a retry is started only when the seconds
+            spent plus its predicted seconds (its iterations at the rate of the mode's last
+            attempt) fit in the limit. A run is never cut short, so the first attempt of every
+            mode is always made and the call can end past the limit by up to one attempt. A
+            posterior the limit stopped fails its checks like any other (refused unless
+            ``allow_unconverged``), and its failure says which attempt was not made and its
+            predicted seconds.
         target_shift: the likelihood is on ``log L``, so a signed target (values at or below 0,
             e.g. a loss minus the unigram entropy) is fitted as ``L + c``: ``None`` (default)
             picks ``c`` from the table when some loss is not positive
@@ -153,7 +163,12 @@ def fit_posterior(
     if isinstance(retries, bool) or not isinstance(retries, (int, np.integer)) or retries < 0:
         raise BayesScalingError(f"retries must be an integer >= 0 (0: no retry of a run that "
                                 f"fails its checks), got {retries!r}")
+    if time_limit is not None and not (isinstance(time_limit, (int, float, np.number))
+                                       and not isinstance(time_limit, bool) and time_limit > 0):
+        raise BayesScalingError(f"time_limit must be a number of seconds > 0 (or None: no "
+                                f"limit), got {time_limit!r}")
     t0 = time.perf_counter()
+    deadline = None if time_limit is None else t0 + float(time_limit)
     if method not in ("nuts", "laplace"):
         raise BayesScalingError(f"method must be 'nuts' or 'laplace', got {method!r}")
     if init not in ("map", "uniform"):
@@ -228,13 +243,18 @@ def fit_posterior(
                 start = "uniform in (-2, 2), whitened coordinates"
             runs, ladder_diags, attempts, notes = _escalate(
                 models, first, vdf, rng, seed, nuts_kw, retries,
-                "the Laplace covariance at the mode" if whiten else "none (whiten=False)", start)
+                "the Laplace covariance at the mode" if whiten else "none (whiten=False)", start,
+                deadline, time_limit)
             runs = [(_recoord(m, spec, data, s), extra) for m, (s, extra) in zip(models, runs)]
             return runs, ladder_diags, attempts, notes, sides, side_of
 
         runs, ladder_diags, attempts, notes, sides, side_of = sample(modes, seed)
         found = (modes_of_split_chains(spec, data, modes, runs, ladder_diags)
                  if init == "map" and retries else None)
+        if found is not None and deadline is not None and time.perf_counter() > deadline:
+            notes.append(f"the chains split into groups that Newton takes to {len(found)} "
+                         f"distinct modes, not sampled: time_limit={time_limit:g} s is spent")
+            found = None
         if found is not None:  # the chains found modes the optimiser missed: sample each
             notes.append(f"the chains split into groups that Newton takes to {len(found)} "
                          f"distinct modes ({len(modes)} found before): sampled again, each mode "
@@ -349,7 +369,8 @@ def _sides(spec, data, vdf, modes, kw):
     return models, sampled, np.array([index[k] for k in keys]), side_of
 
 
-def _escalate(models, first, vdf, rng, seed, nuts_kw, retries, whitened_by, start):
+def _escalate(models, first, vdf, rng, seed, nuts_kw, retries, whitened_by, start,
+              deadline=None, time_limit=None):
     """The escalation ladder: retry each run that fails its checks, at most ``retries`` times
     within the cost cap, each retry chosen by :func:`~.nuts.next_attempt` from what failed
     (divergences: a smaller step after a longer warm-up; chains split into groups: a restart
@@ -357,7 +378,9 @@ def _escalate(models, first, vdf, rng, seed, nuts_kw, retries, whitened_by, star
     at draws of the previous attempt and is whitened by their covariance
     (:func:`~.nuts.draws_whitening`); chains that nearly agree are run on instead
     (:func:`~.nuts.continue_nuts`). ``first[k]`` is mode ``k``'s first run and its seconds;
-    ``models[k]`` the ``(spec, data)`` it is sampled in.
+    ``models[k]`` the ``(spec, data)`` it is sampled in. With ``deadline`` (a
+    ``time.perf_counter()`` value; ``time_limit`` the seconds it stands for), a retry whose
+    predicted seconds (:func:`predicted_seconds`) pass it is not started.
 
     Returns ``(runs, diagnostics, attempts, notes)``: the last run of each mode and its
     diagnostics, one record per attempt (what, why, settings, diagnostics after it) and one note
@@ -387,18 +410,27 @@ def _escalate(models, first, vdf, rng, seed, nuts_kw, retries, whitened_by, star
                 notes.append(f"mode {k} (of those found) failed its checks and was not tried "
                              f"again: {why}")
                 break
+            cost = new["num_samples"] - kw["num_samples"] if go_on else \
+                new["num_warmup"] + new["num_samples"]
+            late = over_time(attempts[-1], cost, deadline, time_limit)
+            if late:
+                notes.append(f"mode {k} (of those found) failed its checks; {why}; attempt "
+                             f"{i + 2} ({action}) was not made: {late}")
+                # first: the warning shows the first few failures, and this one says why
+                # nothing more was tried
+                diag = dict(diag, failed=[f"attempt {i + 2} ({action}) was not made: {late}",
+                                          *diag["failed"]])
+                break
             t1 = time.perf_counter()
             step_seed = seed + 7919 * (i + 1) + k
             if go_on:  # the same coordinates: ``basis`` stays
                 more = new["num_samples"] - kw["num_samples"]
                 run = continue_nuts(spec_k, data_k, run, more, seed=step_seed, **new)
-                cost = more
                 how = (f"{more} more draws per chain, {new['num_samples']} in all, its warm-up "
                        "and whitening kept")
                 started = "where the previous attempt's chains stopped"
             else:
                 run = run_nuts(spec_k, data_k, *white, seed=step_seed, **new)
-                cost = new["num_warmup"] + new["num_samples"]
                 how = (f"{new['num_warmup']} warm-up, {new['num_samples']} draws, target_accept "
                        f"{new['target_accept']:.6g}, whitened by the previous draws")
                 basis, started = ("the previous attempt's draws",
@@ -414,6 +446,27 @@ def _escalate(models, first, vdf, rng, seed, nuts_kw, retries, whitened_by, star
         runs.append(run)
         diags.append(diag)
     return runs, diags, attempts, notes
+
+
+def predicted_seconds(last: dict, iterations: int) -> float:
+    """Seconds an attempt of ``iterations`` sampler iterations per chain is expected to take, at
+    the rate of ``last`` (an attempt record: its seconds over its iterations)."""
+    return float(last["seconds"]) / max(int(last["iterations"]), 1) * int(iterations)
+
+
+def over_time(last: dict, iterations: int, deadline, time_limit) -> str:
+    """Why an attempt of ``iterations`` iterations per chain would pass ``deadline`` (a
+    ``time.perf_counter()`` value standing for ``time_limit`` seconds), or ``""``."""
+    if deadline is None:
+        return ""
+    now, need = time.perf_counter(), predicted_seconds(last, iterations)
+    if now + need <= deadline:
+        return ""
+    spent = time_limit - (deadline - now)
+    return (f"it would take about {need:.0f} s ({iterations} iterations a chain at the "
+            f"{float(last['seconds']) / max(int(last['iterations']), 1) * 1e3:.3g} ms per "
+            f"iteration of the attempt before), {spent:.0f} s of time_limit={time_limit:g} s "
+            "being spent")
 
 
 def _attempts_summary(attempts, retries):
