@@ -25,6 +25,21 @@ import bayes_scaling as bs
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def process_running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: whether the pid exists at all
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
 def committed_table(path) -> pd.DataFrame:
     """A committed loss table (a sweep's CSV), or a skip with the reason when it has no rows yet."""
     path = Path(path)

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 import bayes_scaling as bs
+from conftest import process_running
 
 PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "posteriors.py"
 
@@ -259,15 +260,6 @@ def test_paired_compares_each_run_with_the_engine_before_it(suite):
     assert "median paired ratio 0.50, faster in 2 of 3" in text
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, or no such process, is not running)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
 def test_a_stopped_driver_stops_its_worker(tmp_path):
     """SIGTERM to the driver (what `kill` sends) ends its worker too, which runs in a process
@@ -291,8 +283,8 @@ def test_a_stopped_driver_stops_its_worker(tmp_path):
         assert worker is not None, "the driver started no worker"
         driver.send_signal(signal.SIGTERM)
         assert driver.wait(timeout=60) == 128 + signal.SIGTERM
-        assert not _alive(worker)
+        assert not process_running(worker)
     finally:
         driver.kill()
-        if worker is not None and _alive(worker):
+        if worker is not None and process_running(worker):
             os.kill(worker, signal.SIGKILL)

@@ -188,24 +188,11 @@ def test_ctrl_c_stops_local_pool_cleanly(tmp_path):
     assert masks == ["True", "True"], masks
 
 
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` exists and has not ended (a zombie has ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc: whether the pid exists at all
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-
 def test_workers_end_when_their_parent_is_killed(tmp_path):
     """A program killed outright (SIGKILL: no chance to stop its pool) leaves no worker running
     its job for nobody: each notices it was re-parented and ends within a few checks."""
+    from conftest import process_running  # here: the script below imports this module
+
     script = tmp_path / "run.py"
     script.write_text("\n".join([
         "import sys",
@@ -223,15 +210,15 @@ def test_workers_end_when_their_parent_is_killed(tmp_path):
             break
         time.sleep(0.1)
     workers = [int(p.name.split("-")[1]) for p in started]
-    assert len(workers) == 2 and all(map(_running, workers))
+    assert len(workers) == 2 and all(map(process_running, workers))
     proc.kill()
     proc.wait(timeout=30)
     for _ in range(300):  # 30 s for checks once a second
-        if not any(map(_running, workers)):
+        if not any(map(process_running, workers)):
             break
         time.sleep(0.1)
     else:
-        left = [w for w in workers if _running(w)]
+        left = [w for w in workers if process_running(w)]
         for w in left:  # not left behind by the failure either
             os.kill(w, signal.SIGKILL)
         pytest.fail(f"workers {left} outlived their parent")
