@@ -459,14 +459,13 @@ def over_time(last: dict, iterations: int, deadline, time_limit) -> str:
     ``time.perf_counter()`` value standing for ``time_limit`` seconds), or ``""``."""
     if deadline is None:
         return ""
-    now, need = time.perf_counter(), predicted_seconds(last, iterations)
-    if now + need <= deadline:
+    now, rate = time.perf_counter(), predicted_seconds(last, 1)
+    if now + rate * iterations <= deadline:
         return ""
     spent = time_limit - (deadline - now)
-    return (f"it would take about {need:.0f} s ({iterations} iterations a chain at the "
-            f"{float(last['seconds']) / max(int(last['iterations']), 1) * 1e3:.3g} ms per "
-            f"iteration of the attempt before), {spent:.0f} s of time_limit={time_limit:g} s "
-            "being spent")
+    return (f"it would take about {rate * iterations:.0f} s ({iterations} iterations a chain at "
+            f"the {rate * 1e3:.3g} ms per iteration of the attempt before), {spent:.0f} s of "
+            f"time_limit={time_limit:g} s being spent")
 
 
 def _attempts_summary(attempts, retries):
