@@ -222,6 +222,7 @@ def fit_posterior(
                        target_accept=target_accept, max_tree_depth=max_tree_depth,
                        progress_bar=progress_bar)
         n_found = len(modes)
+        stopped = []  # the retries time_limit stopped, one line each
 
         def sample(modes, seed):
             """The first run of every mode and its escalation ladder."""
@@ -244,7 +245,7 @@ def fit_posterior(
             runs, ladder_diags, attempts, notes = _escalate(
                 models, first, vdf, rng, seed, nuts_kw, retries,
                 "the Laplace covariance at the mode" if whiten else "none (whiten=False)", start,
-                deadline, time_limit)
+                deadline, time_limit, stopped)
             runs = [(_recoord(m, spec, data, s), extra) for m, (s, extra) in zip(models, runs)]
             return runs, ladder_diags, attempts, notes, sides, side_of
 
@@ -286,6 +287,10 @@ def fit_posterior(
         diag["attempts"] = attempts
         if not diag["ok"]:  # what the engine tried, where the refusal (ConvergenceError) says it
             diag["failed"].append(_attempts_summary(attempts, retries))
+            # first: the warning shows the first few failures, and these say why nothing more
+            # was tried (checked again after chains were left out, a mode's own diagnostics
+            # are rebuilt)
+            diag["failed"][:0] = stopped
             # first: where the data barely inform a parameter, more draws are not the fix
             diag["advice"][:0] = prior_bound_advice(spec, idata.posterior, failing_params(diag))
     diag["seconds"] = time.perf_counter() - t0
@@ -370,7 +375,7 @@ def _sides(spec, data, vdf, modes, kw):
 
 
 def _escalate(models, first, vdf, rng, seed, nuts_kw, retries, whitened_by, start,
-              deadline=None, time_limit=None):
+              deadline=None, time_limit=None, stopped=None):
     """The escalation ladder: retry each run that fails its checks, at most ``retries`` times
     within the cost cap, each retry chosen by :func:`~.nuts.next_attempt` from what failed
     (divergences: a smaller step after a longer warm-up; chains split into groups: a restart
@@ -380,12 +385,14 @@ def _escalate(models, first, vdf, rng, seed, nuts_kw, retries, whitened_by, star
     (:func:`~.nuts.continue_nuts`). ``first[k]`` is mode ``k``'s first run and its seconds;
     ``models[k]`` the ``(spec, data)`` it is sampled in. With ``deadline`` (a
     ``time.perf_counter()`` value; ``time_limit`` the seconds it stands for), a retry whose
-    predicted seconds (:func:`predicted_seconds`) pass it is not started.
+    predicted seconds (:func:`predicted_seconds`) pass it is not started, and a line saying so
+    is appended to ``stopped``.
 
     Returns ``(runs, diagnostics, attempts, notes)``: the last run of each mode and its
     diagnostics, one record per attempt (what, why, settings, diagnostics after it) and one note
     per retry and per failure the ladder could not address."""
     runs, diags, attempts, notes = [], [], [], []
+    stopped = [] if stopped is None else stopped
     C, depth = nuts_kw["num_chains"], nuts_kw["max_tree_depth"]
     for k, ((spec_k, data_k), (run, secs)) in enumerate(zip(models, first)):
         def check(r, spec_k=spec_k, data_k=data_k):
@@ -416,10 +423,7 @@ def _escalate(models, first, vdf, rng, seed, nuts_kw, retries, whitened_by, star
             if late:
                 notes.append(f"mode {k} (of those found) failed its checks; {why}; attempt "
                              f"{i + 2} ({action}) was not made: {late}")
-                # first: the warning shows the first few failures, and this one says why
-                # nothing more was tried
-                diag = dict(diag, failed=[f"attempt {i + 2} ({action}) was not made: {late}",
-                                          *diag["failed"]])
+                stopped.append(f"mode {k}: attempt {i + 2} ({action}) was not made: {late}")
                 break
             t1 = time.perf_counter()
             step_seed = seed + 7919 * (i + 1) + k
