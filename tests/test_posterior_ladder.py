@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 import bayes_scaling as bs
-from bayes_scaling.bayes import api as nuts_api
+from bayes_scaling.bayes import ladder
 from bayes_scaling.bayes import nuts
 from bayes_scaling.bayes.distributions import FlatPrior
 from bayes_scaling.laws import Law, Param
@@ -234,11 +234,11 @@ def test_the_predicted_seconds_of_an_attempt_and_when_they_pass_the_limit():
     import time
 
     last = {"seconds": 2.0, "iterations": 400}
-    assert nuts_api.predicted_seconds(last, 1200) == pytest.approx(6.0)
+    assert ladder.predicted_seconds(last, 1200) == pytest.approx(6.0)
     now = time.perf_counter()
-    assert nuts_api.over_time(last, 1200, None, None) == ""  # no limit
-    assert nuts_api.over_time(last, 1200, now + 60.0, 100.0) == ""  # 6 s fit in the 60 s left
-    why = nuts_api.over_time(last, 1200, now + 3.0, 100.0)
+    assert ladder.over_time(last, 1200, None, None) == ""  # no limit
+    assert ladder.over_time(last, 1200, now + 60.0, 100.0) == ""  # 6 s fit in the 60 s left
+    why = ladder.over_time(last, 1200, now + 3.0, 100.0)
     assert "about 6 s" in why and "5 ms per iteration" in why and "time_limit=100 s" in why
     assert "97 s of time_limit" in why
 

@@ -19,13 +19,13 @@ from .chains import drop_light_groups, modes_of_split_chains, weigh_modes
 from .coordinates import is_level_block, level_pivot, linear_block, signed_blocks
 from .terms import power_blocks
 from .distributions import FlatPrior, HUBER_C
+from .ladder import attempts_summary, escalate
 from .likelihood import STUDENT_DF
 from .model import pointwise_batch, recoord_batch, theta_s_batch
 from .modes import find_modes, map_stage, refine_mode, sample_laplace
-from .nuts import (CONTINUE, LADDER_RETRIES, RESUME, RHAT_MAX, chain_groups,
-                   combine_diagnostics, continue_nuts, draws_whitening, failing_params,
-                   mixture_draws, next_attempt, nuts_diagnostics, prior_bound_advice, run_modes,
-                   run_nuts, warn_diagnostics)
+from .nuts import (LADDER_RETRIES, RHAT_MAX, chain_groups, combine_diagnostics, failing_params,
+                   mixture_draws, nuts_diagnostics, prior_bound_advice, run_modes, run_nuts,
+                   warn_diagnostics)
 from .posterior import Posterior
 from .priors import AtReference, log_scale, prior_loc_scale
 from .spec import data_pytree, make_spec
@@ -144,7 +144,7 @@ def fit_posterior(
         proportion to its weight. When a coordinate block splits the space into sides (e.g. the
         sign of the PTPP gate's exponent) and the modes lie on several, each mode is sampled in
         its side's coordinates (``post.settings["sides"]``). A mode whose run fails its checks is
-        run again (``retries``, :func:`_escalate`). When its chains still split into groups,
+        run again (``retries``, :func:`~.ladder.escalate`). When its chains still split into groups,
         Newton from each group's best draw may find modes the optimiser missed (sampled again,
         :func:`~.chains.modes_of_split_chains`); if it finds none, a lone mode's groups
         weighing less than ``MIN_MODE_WEIGHT`` (chains stuck where there is no mass) are left
@@ -224,6 +224,11 @@ def fit_posterior(
         n_found = len(modes)
         stopped = []  # the retries time_limit stopped, one line each
 
+        def check(spec_k, data_k, run):
+            """NUTS diagnostics of one run of ``(spec_k, data_k)``."""
+            return _nuts_check(_inference_data(spec_k, data_k, vdf, *run, loglik=False), spec_k,
+                               num_chains, max_tree_depth)
+
         def sample(modes, seed):
             """The first run of every mode and its escalation ladder."""
             if init == "map":
@@ -242,8 +247,8 @@ def fit_posterior(
                 first = [(run_nuts(spec, data, center, chol, z0, seed=seed, **nuts_kw),
                           time.perf_counter() - t1)]
                 start = "uniform in (-2, 2), whitened coordinates"
-            runs, ladder_diags, attempts, notes = _escalate(
-                models, first, vdf, rng, seed, nuts_kw, retries,
+            runs, ladder_diags, attempts, notes = escalate(
+                models, first, check, rng, seed, nuts_kw, retries,
                 "the Laplace covariance at the mode" if whiten else "none (whiten=False)", start,
                 deadline, time_limit, stopped)
             runs = [(_recoord(m, spec, data, s), extra) for m, (s, extra) in zip(models, runs)]
@@ -264,13 +269,8 @@ def fit_posterior(
             runs, ladder_diags, more, again, sides, side_of = sample(modes, seed + 104729)
             attempts, notes = attempts + more, notes + again
         elif init == "map" and retries and len(runs) == 1:
-
-            def check(r):
-                return _nuts_check(_inference_data(spec, data, vdf, *r, loglik=False), spec,
-                                   num_chains, max_tree_depth)
-
-            runs, ladder_diags, light = drop_light_groups(spec, data, runs, ladder_diags, check,
-                                                           rng)
+            runs, ladder_diags, light = drop_light_groups(
+                spec, data, runs, ladder_diags, lambda r: check(spec, data, r), rng)
             notes += light
         if init == "map":
             keep, weights, mode_diags, dropped = weigh_modes(spec, data, vdf, runs, modes, rng,
@@ -286,7 +286,7 @@ def fit_posterior(
         diag["notes"] = notes
         diag["attempts"] = attempts
         if not diag["ok"]:  # what the engine tried, where the refusal (ConvergenceError) says it
-            diag["failed"].append(_attempts_summary(attempts, retries))
+            diag["failed"].append(attempts_summary(attempts, retries))
             # first: the warning shows the first few failures, and these say why nothing more
             # was tried (checked again after chains were left out, a mode's own diagnostics
             # are rebuilt)
@@ -372,137 +372,6 @@ def _sides(spec, data, vdf, modes, kw):
         return np.array([index.get(k, -1) for k in labels(x)])
 
     return models, sampled, np.array([index[k] for k in keys]), side_of
-
-
-def _escalate(models, first, vdf, rng, seed, nuts_kw, retries, whitened_by, start,
-              deadline=None, time_limit=None, stopped=None):
-    """The escalation ladder: retry each run that fails its checks, at most ``retries`` times
-    within the cost cap, each retry chosen by :func:`~.nuts.next_attempt` from what failed
-    (divergences: a smaller step after a longer warm-up; chains split into groups: a restart
-    from the pooled draws after a longer warm-up; R-hat or ESS: a longer run). A new run starts
-    at draws of the previous attempt and is whitened by their covariance
-    (:func:`~.nuts.draws_whitening`); chains that nearly agree are run on instead
-    (:func:`~.nuts.continue_nuts`). ``first[k]`` is mode ``k``'s first run and its seconds;
-    ``models[k]`` the ``(spec, data)`` it is sampled in. With ``deadline`` (a
-    ``time.perf_counter()`` value; ``time_limit`` the seconds it stands for), a retry whose
-    predicted seconds (:func:`predicted_seconds`) pass it is not started, and a line saying so
-    is appended to ``stopped``.
-
-    Returns ``(runs, diagnostics, attempts, notes)``: the last run of each mode and its
-    diagnostics, one record per attempt (what, why, settings, diagnostics after it) and one note
-    per retry and per failure the ladder could not address."""
-    runs, diags, attempts, notes = [], [], [], []
-    stopped = [] if stopped is None else stopped
-    C, depth = nuts_kw["num_chains"], nuts_kw["max_tree_depth"]
-    for k, ((spec_k, data_k), (run, secs)) in enumerate(zip(models, first)):
-        def check(r, spec_k=spec_k, data_k=data_k):
-            return _nuts_check(_inference_data(spec_k, data_k, vdf, *r, loglik=False), spec_k, C,
-                               depth)
-
-        kw, spent = dict(nuts_kw), nuts_kw["num_warmup"] + nuts_kw["num_samples"]
-        basis = whitened_by  # what the current run's coordinates are whitened by
-        diag = check(run)
-        attempts.append(_attempt(k, 1, "first", "", kw, whitened_by, start, diag, secs, spent))
-        for i in range(retries):
-            if diag["ok"]:
-                break
-            action, why, new = next_attempt(diag, kw, nuts_kw, spent)
-            go_on = action == CONTINUE
-            white = (draws_whitening(*run, C, rng) if action is not None and not go_on
-                     else None)
-            if action is not None and not go_on and white is None:
-                why = ("the draws are not finite or their covariance is singular: they cannot "
-                       "whiten a retry")
-            if white is None and not go_on:
-                notes.append(f"mode {k} (of those found) failed its checks and was not tried "
-                             f"again: {why}")
-                break
-            cost = new["num_samples"] - kw["num_samples"] if go_on else \
-                new["num_warmup"] + new["num_samples"]
-            late = over_time(attempts[-1], cost, deadline, time_limit)
-            if late:
-                notes.append(f"mode {k} (of those found) failed its checks; {why}; attempt "
-                             f"{i + 2} ({action}) was not made: {late}")
-                stopped.append(f"mode {k}: attempt {i + 2} ({action}) was not made: {late}")
-                break
-            t1 = time.perf_counter()
-            step_seed = seed + 7919 * (i + 1) + k
-            if go_on:  # the same coordinates: ``basis`` stays
-                more = new["num_samples"] - kw["num_samples"]
-                run = continue_nuts(spec_k, data_k, run, more, seed=step_seed, **new)
-                how = (f"{more} more draws per chain, {new['num_samples']} in all, its warm-up "
-                       "and whitening kept")
-                started = "where the previous attempt's chains stopped"
-            else:
-                run = run_nuts(spec_k, data_k, *white, seed=step_seed, **new)
-                how = (f"{new['num_warmup']} warm-up, {new['num_samples']} draws, target_accept "
-                       f"{new['target_accept']:.6g}, whitened by the previous draws")
-                basis, started = ("the previous attempt's draws",
-                                  "draws of the previous attempt")
-            kw, spent = new, spent + cost
-            diag = check(run)
-            attempts.append(_attempt(k, i + 2, action, why, kw, basis, started, diag,
-                                     time.perf_counter() - t1, cost))
-            notes.append(f"mode {k} (of those found): {why}; attempt {i + 2}, {action} ({how}): "
-                         + ("passed its checks" if diag["ok"] else
-                            "failed: " + "; ".join(diag["failed"][:3])))
-        run[1].pop(RESUME, None)
-        runs.append(run)
-        diags.append(diag)
-    return runs, diags, attempts, notes
-
-
-def predicted_seconds(last: dict, iterations: int) -> float:
-    """Seconds an attempt of ``iterations`` sampler iterations per chain is expected to take, at
-    the rate of ``last`` (an attempt record: its seconds over its iterations)."""
-    return float(last["seconds"]) / max(int(last["iterations"]), 1) * int(iterations)
-
-
-def over_time(last: dict, iterations: int, deadline, time_limit) -> str:
-    """Why an attempt of ``iterations`` iterations per chain would pass ``deadline`` (a
-    ``time.perf_counter()`` value standing for ``time_limit`` seconds), or ``""``."""
-    if deadline is None:
-        return ""
-    now, rate = time.perf_counter(), predicted_seconds(last, 1)
-    if now + rate * iterations <= deadline:
-        return ""
-    spent = time_limit - (deadline - now)
-    return (f"it would take about {rate * iterations:.0f} s ({iterations} iterations a chain at "
-            f"the {rate * 1e3:.3g} ms per iteration of the attempt before), {spent:.0f} s of "
-            f"time_limit={time_limit:g} s being spent")
-
-
-def _attempts_summary(attempts, retries):
-    """One line: the attempts of every mode that failed, or that retries were off."""
-    if not retries:
-        return "no retry was made (retries=0)"
-    failed = sorted({a["mode"] for a in attempts} - {a["mode"] for a in attempts if a["ok"]})
-    parts = []
-    for k in failed:
-        mine = [a for a in attempts if a["mode"] == k]
-        parts.append(f"mode {k}: {len(mine)} attempts (" + "; ".join(
-            f"{a['action']} -> R-hat {a['max_rhat']:.3f}, bulk ESS {a['min_ess_bulk']:.0f}, "
-            f"tail ESS {a['min_ess_tail']:.0f}, {a['divergences']} divergences" for a in mine)
-            + ")")
-    return ("the engine's retries did not rescue it: " + "; ".join(parts) if parts else
-            "every mode passed its own checks; the mixture did not")
-
-
-def _attempt(mode, number, action, why, kw, whitened_by, start, diag, seconds, iterations):
-    """One attempt's record (JSON-ready) for ``post.diagnostics["attempts"]``: ``num_samples`` is
-    the draws per chain of the run it ends with, ``iterations`` what it cost per chain (warm-up
-    and draws; only the new draws when the chains were run on)."""
-    return {
-        "mode": int(mode), "attempt": int(number), "action": action, "why": why,
-        "settings": {"num_warmup": int(kw["num_warmup"]), "num_samples": int(kw["num_samples"]),
-                     "target_accept": float(kw["target_accept"]), "whitened_by": whitened_by,
-                     "start": start},
-        "iterations": int(iterations),
-        "ok": bool(diag["ok"]), "max_rhat": float(diag["max_rhat"]),
-        "min_ess_bulk": float(diag["min_ess_bulk"]), "min_ess_tail": float(diag["min_ess_tail"]),
-        "divergences": int(diag["divergences"]), "min_bfmi": float(diag["min_bfmi"]),
-        "failed": list(diag["failed"]), "seconds": round(float(seconds), 2),
-    }
 
 
 def _recoord(model, spec, data, s):
