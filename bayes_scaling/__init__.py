@@ -21,7 +21,7 @@ compile_cache_dir = _use_user_compile_cache("bayes-scaling", "BAYES_SCALING_NO_C
 
 from . import errors, laws  # noqa: E402,F401
 from .errors import (BayesScalingError, ConvergenceWarning, DataError, FitError,  # noqa: E402,F401
-                     LawError, MultimodalWarning, ParetoKWarning)
+                     LawError, MultimodalWarning, ParetoKWarning, SignedTargetWarning)
 from . import data, datasets, metrics  # noqa: E402,F401
 from .fit import MapFit, fit_map, fit_two_phase  # noqa: E402,F401
 from .bayes import Posterior, fit_posterior, load_posterior  # noqa: E402,F401

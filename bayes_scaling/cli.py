@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("laws", help="list registered laws with equations and parameters")
     s.set_defaults(func=cmd_laws)
 
+    SHIFT_HELP = ("a signed target (a loss minus a baseline) is fitted as loss + C: C, or 0 to "
+                  "refuse a loss at or below 0 (default: C picked from the table when some loss "
+                  "is at or below 0)")
     s = sub.add_parser("fit", help="robust MAP fit of a law to a loss table")
     s.add_argument("table", help="CSV loss table in canonical columns, or dataset:NAME")
     s.add_argument("--law", required=True, help="registered law name (see `bayes-scaling laws`)")
@@ -71,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="parameters held fixed, inside their bounds (see `bayes-scaling laws`)")
     s.add_argument("--query",
                    help="pandas query selecting rows, e.g. \"domain == 'target' and D > 0\"")
+    s.add_argument("--target-shift", type=float, metavar="C", help=SHIFT_HELP)
     s.add_argument("--out", help="write the fit as JSON")
     s.add_argument("--figure", help="write observed losses and the fitted curves (PNG)")
     s.set_defaults(func=cmd_fit)
@@ -92,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0,
                    help="seed of the mode search and the sampler (default 0)")
     s.add_argument("--query", help="pandas query selecting rows")
+    s.add_argument("--target-shift", type=float, metavar="C", help=SHIFT_HELP)
     s.add_argument("--time-limit", type=positive_seconds, metavar="SECONDS",
                    help="stop retrying a run that fails its checks once a retry would pass this "
                         "many seconds (predicted from the attempt before it; default: no limit)")

@@ -64,7 +64,7 @@ def cmd_fit(args) -> None:
     df = read_table(args.table, args.query)
     with step(f"MAP fit of {args.law} ({args.n_starts} starts)"):
         fit = fit_map(args.law, df, delta=args.delta, n_starts=args.n_starts, seed=args.seed,
-                      fixed=fixed or None, method=args.method)
+                      fixed=fixed or None, method=args.method, target_shift=args.target_shift)
     print_fit(fit, df)
     print_shift(fit)
     if args.out:
@@ -215,7 +215,7 @@ def cmd_posterior(args) -> None:
         post = fit_posterior(args.law, df, method=args.method, likelihood=args.likelihood,
                              num_chains=args.chains, num_warmup=args.warmup,
                              num_samples=args.samples, seed=args.seed,
-                             time_limit=args.time_limit,
+                             time_limit=args.time_limit, target_shift=args.target_shift,
                              progress_bar=sys.stderr.isatty())  # no bar lines in a log
     if not post.ok:
         if not args.allow_unconverged:

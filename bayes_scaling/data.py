@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .errors import DataError
+from .errors import DataError, SignedTargetWarning
 from .laws import get as get_law
 
 REPLAY_CLIP = (1e-9, 1.0 - 1e-9)
@@ -231,6 +231,21 @@ def target_shift_of(loss) -> float:
     return float(f"{np.ceil(c / step) * step:.3g}")
 
 
+def warn_mixed_signs(loss: pd.Series, what: str, how: str, stacklevel: int = 3) -> None:
+    """A :class:`~bayes_scaling.errors.SignedTargetWarning` when ``loss`` is positive on some rows
+    and at or below 0 on others (a sentinel such as -1 or 0 for a run not made looks just like
+    that), naming those rows; ``how`` says what is done with them."""
+    y = pd.to_numeric(loss, errors="coerce").to_numpy(float)
+    low = np.flatnonzero(np.isfinite(y) & (y <= 0))
+    if not len(low) or not (y > 0).any():
+        return
+    warnings.warn(
+        f"{what}: the loss is at or below 0 at {len(low)} of {int(np.isfinite(y).sum())} rows "
+        f"({loss.index[low[:10]].tolist()}: {y[low[:3]].tolist()}) and positive at the others; "
+        f"{how}. If those values mark runs not made, leave their loss empty or drop the rows",
+        SignedTargetWarning, stacklevel=stacklevel)
+
+
 def shifted_table(law, df, target_shift=None):
     """``(law, df, c)``: the law and table of ``loss + c`` (``fit_posterior`` and ``fit_map``'s
     ``target_shift``): ``None`` picks ``c`` by :func:`target_shift_of` when ``df`` has a numeric
@@ -240,6 +255,11 @@ def shifted_table(law, df, target_shift=None):
     if target_shift is None:
         target_shift = (target_shift_of(df["loss"]) if isinstance(df, pd.DataFrame)
                         and "loss" in df and pd.api.types.is_numeric_dtype(df["loss"]) else 0.0)
+        if target_shift:
+            warn_mixed_signs(df["loss"], "the table", f"it is fitted as a signed target, loss + "
+                             f"{target_shift:g} (target_shift={target_shift:g}, on the command "
+                             f"line --target-shift {target_shift:g}, says so and silences this)",
+                             stacklevel=4)
     if isinstance(target_shift, bool) or not isinstance(target_shift, (int, float, np.number)) \
             or not np.isfinite(target_shift):
         raise DataError(f"target_shift must be a finite number or None (picked from the table), "

@@ -66,3 +66,8 @@ class MultimodalWarning(UserWarning):
 
 class ParetoKWarning(UserWarning):
     """Some rows have Pareto k > 0.7: PSIS-LOO is unreliable for them."""
+
+
+class SignedTargetWarning(UserWarning):
+    """A loss column is positive on most rows and at or below 0 on others: a signed target (a loss
+    minus a baseline) or rows that mark runs not made, which only the user can tell apart."""

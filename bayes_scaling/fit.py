@@ -328,8 +328,9 @@ def fit_map(
         inits: optional ``(n_starts, n_free)`` array of initial values overriding the draw.
         max_iter: iteration cap per start.
         target_shift: a signed target (some loss at or below 0) is fitted as ``loss + c``:
-            ``None`` picks ``c`` (``bs.data.target_shift_of``; 0 for a table of losses), a number
-            fixes it, 0 refuses such a table (``bs.data.shifted_table``).
+            ``None`` picks ``c`` (``bs.data.target_shift_of``; 0 for a table of losses; a table
+            positive but at some rows says so with a ``SignedTargetWarning`` naming them), a
+            number fixes it, 0 refuses such a table (``bs.data.shifted_table``).
 
     Returns:
         :class:`MapFit`. Starts that end non-finite are kept in ``fit.starts`` (``finite=False``),

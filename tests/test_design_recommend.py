@@ -82,6 +82,8 @@ def test_cost_formula_is_arithmetic_of_columns_and_nothing_else():
     (lambda p: p.assign(loss=np.nan), {}, "no run of the pool is done"),
     (None, {"cost": "6*N*D"}, "names column 'D'"),
     (lambda p: p.assign(c=np.where(p.index == 12, -1.0, 1.0)), {"cost": "c"}, r"rows \[12\]"),
+    (lambda p: p.assign(c=np.where(p.index == 12, "abc", "1.5")), {"cost": "c"},
+     r"cost column 'c' holds non-numbers at rows \[12\] \(\['abc'\]\)"),
     (None, {"budget": 1e6}, "cheapest candidate .* costs 2e\\+07"),
     (None, {"budget": "150%"}, "share must be in"),
     (None, {"targets": "N > 1e12"}, "selects no row"),
@@ -101,6 +103,14 @@ def test_the_figure_marks_candidates_recommended_runs_and_targets(rec, tmp_path)
     assert path.stat().st_size > 0
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert labels == ["done (8)", "candidates (10)", f"recommended ({len(rec)})", "targets (2)"]
+
+
+def test_runs_done_with_a_loss_at_or_below_0_among_positive_ones_are_named():
+    pool = pool_1d()
+    pool.loc[[1, 4], "loss"] = -1.0  # a marker of runs not made, or a signed target
+    with pytest.warns(bs.SignedTargetWarning, match=r"the runs done: the loss is at or below 0 at "
+                      r"2 of 8 rows \(\[1, 4\]: \[-1.0, -1.0\]\).*leave their loss empty"):
+        bs.design.recommend(pool, law=LAW, cost="N", targets=TARGETS, budget="40%")
 
 
 def test_a_pool_with_no_candidate_is_a_clear_error():

@@ -2,6 +2,7 @@
 likelihood lives on log L, so ``fit_posterior`` fits ``L + c`` (``data.target_shift``,
 ``Law.shifted``) and reports forecasts, coverage and scores of ``L``."""
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -190,3 +191,42 @@ def test_the_command_line_fits_and_forecasts_a_signed_table(tmp_path, capsys):
     f = pd.read_csv(tmp_path / "f.csv")
     truth = float(LAW(TRUE, {"N": np.array([1e11])})[0])
     assert f["lower"].iloc[0] <= truth <= f["upper"].iloc[0] < 0
+
+
+def test_a_table_positive_but_at_a_few_rows_warns_and_names_them():
+    """A loss of -1 or 0 on a few rows of a positive table is as likely a marker of runs not made
+    as a signed target: the fit goes on as a signed one and says so, naming the rows; saying
+    ``target_shift`` explicitly, or a table signed throughout, gives no warning."""
+    N = np.geomspace(1e7, 1e10, 12)
+    df = pd.DataFrame({"N": N, "loss": 2.0 + 400.0 / N ** 0.35})
+    df.loc[[2, 5], "loss"] = [-1.0, 0.0]
+    with pytest.warns(bs.SignedTargetWarning, match=r"the table: the loss is at or below 0 at 2 "
+                      r"of 12 rows \(\[2, 5\]: \[-1.0, 0.0\]\).*target_shift=[\d.]+, on the "
+                      r"command line --target-shift [\d.]+, says so"):
+        fit = bs.fit_map(LAW, df, delta=1e-3, n_starts=4, seed=0)
+    assert fit.target_shift > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", bs.SignedTargetWarning)
+        bs.fit_map(LAW, df, delta=1e-3, n_starts=4, seed=0, target_shift=fit.target_shift)
+        bs.fit_map(LAW, _table(6, seed=0), delta=1e-3, n_starts=4, seed=0)  # signed throughout
+        bs.fit_map(LAW, df.drop(index=[2, 5]), delta=1e-3, n_starts=4, seed=0)  # positive
+
+
+def test_the_command_line_says_the_shift_or_refuses_with_target_shift_0(tmp_path, capsys):
+    from bayes_scaling.cli import main
+
+    N = np.geomspace(1e7, 1e10, 12)
+    df = pd.DataFrame({"N": N, "loss": 2.0 + 400.0 / N ** 0.35})
+    df.loc[[2, 5], "loss"] = -1.0
+    path = tmp_path / "mixed.csv"
+    df.to_csv(path, index=False)
+    law = "signed_target_cli_test_law"
+    if law not in bs.laws.names():
+        bs.laws.register(LAW.renamed(law))
+    argv = ["fit", "--law", law, str(path), "--delta", "1e-3", "--n-starts", "4"]
+    assert main(argv + ["--target-shift", "0"]) != 0
+    err = capsys.readouterr().err
+    assert "error: " in err and "'loss'" in err and "Traceback" not in err
+    assert main(argv + ["--target-shift", "6"]) == 0
+    out, err = capsys.readouterr()
+    assert "fitted as loss + 6" in out and "at or below 0" not in err  # said: no warning

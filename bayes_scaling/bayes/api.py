@@ -130,8 +130,9 @@ def fit_posterior(
         target_shift: the likelihood is on ``log L``, so a signed target (values at or below 0,
             e.g. a loss minus the unigram entropy) is fitted as ``L + c``: ``None`` (default)
             picks ``c`` from the table when some loss is not positive
-            (:func:`bayes_scaling.data.target_shift_of`; 0 otherwise), a number fixes it, 0 refuses
-            such a table. The posterior's law is then ``law.shifted(c)``, its table and
+            (:func:`bayes_scaling.data.target_shift_of`; 0 otherwise; a table positive but at
+            some rows says so with a :class:`~bayes_scaling.errors.SignedTargetWarning` naming
+            them), a number fixes it, 0 refuses such a table. The posterior's law is then ``law.shifted(c)``, its table and
             likelihood are those of ``L + c``, and its forecasts, coverage and scores are of ``L``
             (``post.target_shift``; ``post.settings["target_shift"]``).
 

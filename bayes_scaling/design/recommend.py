@@ -19,6 +19,7 @@ import operator
 import numpy as np
 import pandas as pd
 
+from ..data import warn_mixed_signs
 from ..errors import DataError, FitError, OptionError
 from ..laws import Law
 from ..laws import get as get_law
@@ -87,7 +88,17 @@ def run_costs(df: pd.DataFrame, cost, rows=None) -> np.ndarray:
             raise DataError(f"cost column {cost!r} is not in the table (its columns: "
                             f"{', '.join(map(str, df.columns))}); give a column or a formula "
                             "of columns such as '6*N*D'")
-        c = df[cost].to_numpy(float) if cost in df.columns else cost_formula(cost, df)
+        if cost in df.columns:
+            raw = df[cost]
+            c = pd.to_numeric(raw, errors="coerce").to_numpy(float)
+            text = np.flatnonzero(raw.notna().to_numpy() & np.isnan(c))
+            if len(text):
+                raise DataError(f"cost column {cost!r} holds non-numbers at rows "
+                                f"{df.index[text[:10]].tolist()} "
+                                f"({raw.iloc[text[:3]].tolist()}); every run needs a positive "
+                                "cost: fix those cells")
+        else:
+            c = cost_formula(cost, df)
         what = f"cost {cost!r}"
     elif callable(cost):
         c, what = np.asarray(cost(df), float), "the cost function"
@@ -242,6 +253,7 @@ def recommend(pool: pd.DataFrame, *, law, cost, targets, budget, loss: str = "lo
     x_cand = _inputs(law, cand, "candidates")
     x_tgt = _inputs(law, target_rows, "targets")
     y = done_rows[loss].to_numpy(float)
+    warn_mixed_signs(done_rows[loss], "the runs done", "they are fitted as they are")
     rng = np.random.default_rng(seed)
     starts = least_squares(law, x_done, y, uniform_starts(law, n_starts, rng))
     if not starts.ok:
