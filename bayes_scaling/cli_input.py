@@ -32,6 +32,13 @@ def read_table(path: str, query: str | None) -> pd.DataFrame:
         except (pd.errors.ParserError, UnicodeDecodeError) as e:
             raise DataError(f"{path} is not a readable CSV ({str(e).splitlines()[0]}); save it as "
                             "comma-separated text with one header row") from None
+    names = [c.strip() if isinstance(c, str) else c for c in df.columns]
+    if names != list(df.columns):  # "N, D, loss": the spaces after the commas are not names
+        twice = sorted({str(c) for c in names if names.count(c) > 1})
+        if twice:
+            raise DataError(f"{path}: columns {twice} appear twice once the spaces around the "
+                            "header's names are removed; give every column its own name")
+        df.columns = names
     if df.empty:
         raise DataError(f"{path} has a header ({', '.join(map(str, df.columns))}) but no rows; "
                         "add one row per measured run")

@@ -43,6 +43,8 @@ def files(tmp_path_factory):
     (d / "text.csv").write_text("N,D,loss\n1e7,2e8,3.1\n2e7,4e8 tokens,3.0\n3e7,6e8,2.9\n")
     (d / "nocol.csv").write_text("params,tokens,loss\n1e7,2e8,3.1\n")
     (d / "ragged.csv").write_text("N,D,loss\n1e7,2e8,3.1\n1e7,2e8,3.1,4,5\n")
+    (d / "twice.csv").write_text("N, N ,loss\n1e7,2e8,3.1\n")
+    good.to_csv(d / "spaced.csv", index=False, sep=",", header=["N ", " D", " loss"])
     good.assign(N=-good["N"]).to_csv(d / "negative.csv", index=False)
     (d / "corrupt.nc").write_bytes(b"\x89HDF\r\n" + bytes(200))
     fit = bs.fit_map("chinchilla", good, delta=1e-3, n_starts=4, seed=0)
@@ -71,6 +73,7 @@ CASES = [
     ("fit-text-cell", _fit("{d}/text.csv"), ["'D' must be numeric", "row 1: '4e8 tokens'",
                                               "0-based data rows"]),
     ("fit-ragged-csv", _fit("{d}/ragged.csv"), ["not a readable CSV", "Expected 3 fields"]),
+    ("fit-header-twice", _fit("{d}/twice.csv"), ["twice.csv", "columns ['N'] appear twice"]),
     ("fit-unknown-dataset", _fit("dataset:chinchila"), ["chinchila", "chinchilla_epoch"]),
     ("fit-missing-column", _fit("{d}/nocol.csv"), ["missing column(s) ['N', 'D']", "canonical"]),
     ("fit-negative-N", _fit("{d}/negative.csv"), ["'N'", "must be in (0, inf]", "rows 0, 1"]),
@@ -146,6 +149,13 @@ def test_no_traceback_escapes_the_process(files, argv, words):
     assert r.returncode == 2
     assert "Traceback" not in r.stdout + r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("error: ") and words in r.stderr
+
+
+def test_spaces_around_the_headers_names_are_not_part_of_them(files, capsys):
+    """``N, D, loss`` (a space after each comma) names the columns N, D and loss."""
+    assert main(_fit(str(files / "spaced.csv"))) == 0
+    out = capsys.readouterr().out
+    assert "rows: 12" in out
 
 
 @pytest.mark.parametrize("delta", [-0.1, 0.0, float("nan"), float("inf")])
