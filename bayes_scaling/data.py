@@ -11,6 +11,7 @@ about), never silently.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -229,6 +230,26 @@ def target_shift_of(loss) -> float:
     c = room - lo
     step = 10.0 ** (np.floor(np.log10(c)) - 1)
     return float(f"{np.ceil(c / step) * step:.3g}")
+
+
+def as_rows(rows, what: str = "the rows") -> pd.DataFrame:
+    """A table of rows to predict at: a DataFrame as it is, a Series as one row, a mapping of
+    column names to scalars (one row) or to sequences of one length; anything else is an error."""
+    if isinstance(rows, pd.DataFrame):
+        return rows
+    if isinstance(rows, pd.Series):
+        return rows.to_frame().T.infer_objects()
+    if isinstance(rows, Mapping):
+        if all(np.ndim(v) == 0 for v in rows.values()):
+            return pd.DataFrame({k: [v] for k, v in rows.items()})
+        try:
+            return pd.DataFrame({k: np.ravel(v) if np.ndim(v) else v for k, v in rows.items()})
+        except ValueError:
+            sizes = {str(k): int(np.size(v)) for k, v in rows.items()}
+            raise DataError(f"{what}: the columns have different lengths {sizes}; give each "
+                            "column one value per row (or one value for every row)") from None
+    raise DataError(f"{what}: expected a DataFrame, a Series (one row) or a dict of columns, got "
+                    f"{type(rows).__name__}")
 
 
 def warn_mixed_signs(loss: pd.Series, what: str, how: str, stacklevel: int = 3) -> None:

@@ -26,7 +26,7 @@ import optax.tree_utils as otu
 import pandas as pd
 
 from .checks import check_fit_options, check_inputs
-from .data import shifted_table
+from .data import as_rows, shifted_table
 from .errors import FitError
 from .laws import Law
 from .laws import get as get_law
@@ -194,7 +194,9 @@ class MapFit:
         return float(self.settings.get("target_shift", 0.0) or 0.0)
 
     def predict(self, df) -> np.ndarray:
-        """Predicted loss for each row of ``df`` (canonical columns)."""
+        """Predicted loss for each row of ``df`` (canonical columns; a Series or a dict of columns
+        is read as ``bs.data.as_rows`` reads it)."""
+        df = as_rows(df)
         check_inputs(self.law, df)
         return np.asarray(self.law(self.params, df)) - self.target_shift
 

@@ -182,6 +182,7 @@ def test_predict_outside_the_laws_domain_is_an_error_not_nan(files):
         fit.predict(rows)
     inside = fit.predict(rows.iloc[:1])
     assert np.isfinite(inside).all()
+    assert fit.predict({"N": 1e8, "D": 1e9}) == pytest.approx(inside, rel=1e-12)  # one row
 
 
 def test_score_uses_the_fits_delta(files):

@@ -100,3 +100,19 @@ def test_bad_likelihood_and_kind_are_refused():
         d.predict_draws(ROWS, "predictive")
     with pytest.raises(bs.BayesScalingError, match="kind must be"):
         d.predict_draws(ROWS, "median")
+
+
+def test_rows_may_be_a_series_or_a_dict_of_columns():
+    """``post.forecast({"N": 7e10, "D": 1.4e12})``: a dict of scalars is one row, a dict of lists
+    a table, a Series one row; the same draws as the DataFrame of those rows."""
+    post = posterior("huber")
+    want = post.predict_draws(ROWS.iloc[[2]], "mean")
+    for rows in (ROWS.iloc[2], ROWS.iloc[2].to_dict(), {"N": [1e9], "D": [2e10]}):
+        np.testing.assert_allclose(post.predict_draws(rows, "mean"), want, rtol=1e-12)
+    whole = post.forecast(ROWS)
+    np.testing.assert_allclose(post.forecast(ROWS.to_dict("list"))["median"], whole["median"],
+                               rtol=1e-12)
+    with pytest.raises(bs.DataError, match=r"different lengths \{'N': 2, 'D': 3\}"):
+        post.forecast({"N": [1e9, 2e9], "D": [1e10, 2e10, 3e10]})
+    with pytest.raises(bs.DataError, match="expected a DataFrame, a Series .* got list"):
+        post.forecast([1e9, 2e10])

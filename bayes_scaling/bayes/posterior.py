@@ -206,6 +206,7 @@ class Posterior:
         if kind not in ("mean", "predictive"):
             raise BayesScalingError(f"kind must be 'mean' or 'predictive', got {kind!r}")
         self._check_use(allow_unconverged)
+        df = _data.as_rows(df)
         x = _forecast_inputs(self.law, df)
         p, sigma = self._param_draws(max_draws)
         out = np.asarray(_vmapped_law(self.law)(p, x))
@@ -255,8 +256,7 @@ class Posterior:
         the per-row ``extrapolation``, ``extrapolated``, ``discrepancy_tau``,
         ``discrepancy_shift`` and ``discrepancy_basis``."""
         mode = self.settings.get("discrepancy", "auto") if discrepancy is None else discrepancy
-        if not isinstance(df, pd.DataFrame):
-            df = pd.DataFrame(df)
+        df = _data.as_rows(df)
         rehearsed = mode in ("auto", "calibrated")
         if not rehearsed and mode not in ("off", "expansion") and not isinstance(mode,
                                                                                  (int, float)):
@@ -305,7 +305,8 @@ class Posterior:
     def forecast(self, new_df, interval=0.9, kind="predictive", *, seed=0, discrepancy=None,
                  allow_unconverged=False) -> pd.DataFrame:
         """Posterior forecast at the rows of ``new_df``: mean, median, lower, upper, sd, and how
-        far each row extrapolates.
+        far each row extrapolates. ``new_df``: a DataFrame, a Series (one row) or a dict of
+        columns (``{"N": 7e10, "D": 1.4e12}``: one row; :func:`bayes_scaling.data.as_rows`).
 
         ``lower``/``upper`` are the equal-tailed ``interval`` credible bounds. ``kind="mean"``
         gives the interval of the law's value (no observation noise), ``"predictive"`` (default)
@@ -319,6 +320,7 @@ class Posterior:
         """
         if not 0 < interval < 1:
             raise BayesScalingError(f"interval must be in (0, 1), got {interval}")
+        new_df = _data.as_rows(new_df)
         y, info = self._draws(new_df, kind, seed, None, discrepancy, allow_unconverged)
         bad = ~np.isfinite(y)
         if bad.any():  # a draw where the law has no finite positive value
@@ -414,8 +416,7 @@ def extrapolation_distance(post, df, axis=None) -> np.ndarray:
     happens along a derived quantity (stored by :func:`with_discrepancy` for a fixed ``tau``).
     """
     axis = axis if axis is not None else post.settings.get("_discrepancy_axis")
-    if not isinstance(df, pd.DataFrame):
-        df = pd.DataFrame(df)
+    df = _data.as_rows(df)
     if axis is None:
         return post._fitted_range().locate(df)[0]
     fitted = fitted_table(post)
@@ -512,8 +513,7 @@ def _vmapped_law(law: Law):
 def _forecast_inputs(law: Law, df):
     """The law's inputs from a table of new rows (no ``loss`` needed, and a ``loss`` column is
     not read: a held-out row of a signed target has its own sign), validated."""
-    if not isinstance(df, pd.DataFrame):
-        df = pd.DataFrame(df)
+    df = _data.as_rows(df)
     tmp = df.assign(loss=1.0)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*repeat the same.*")
