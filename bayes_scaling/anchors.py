@@ -18,6 +18,7 @@ of ``bs.design``'s ``bayes`` method (:mod:`bayes_scaling.design.acquisition`).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -29,7 +30,8 @@ from .bayes.posterior import Posterior, extrapolation_distance
 from .bayes.predictive import ParamDraws, as_draws, predict_draws
 from .design.acquisition import best_rule, greedy_importance, greedy_linear, greedy_refit
 from .design.posterior import DISC_REL, kernel, log_inputs
-from .design.recommend import run_costs
+from .data import as_rows
+from .design.recommend import budget_cost, run_costs
 from .errors import BayesScalingError
 
 __all__ = ["candidate_cost", "select"]
@@ -135,9 +137,10 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
     Args:
         posterior: ``Posterior`` (``predict_draws``), or :class:`~bayes_scaling.bayes.predictive.ParamDraws`.
         candidates: candidate runs (the law's columns, plus whatever the cost needs).
-        budget: total cost allowed (same unit as ``cost``).
+        budget: total cost allowed (same unit as ``cost``), or a share of the candidates'
+            total cost such as ``"10%"``.
         cost: ``"6ND"``, a column name, an array or a callable (:func:`candidate_cost`).
-        queries: rows whose forecasts matter.
+        queries: rows whose forecasts matter (a DataFrame, a Series or a dict of columns).
         criterion: ``"auto"``, ``"refit"``, ``"variance"`` or ``"entropy"``.
         method: ``"linear"`` or ``"importance"``.
         noise: sd of the log loss of one run (default: from the posterior's sigma draws).
@@ -185,11 +188,13 @@ def select(posterior, candidates: pd.DataFrame, *, budget: float, cost="6ND",
         raise BayesScalingError(f"greedy must be 'auto', 'ratio' or 'gain', got {greedy!r}")
     if not isinstance(candidates, pd.DataFrame) or len(candidates) == 0:
         raise BayesScalingError("candidates must be a non-empty DataFrame")
+    if isinstance(queries, (pd.Series, Mapping)):
+        queries = as_rows(queries, "queries")
     if not isinstance(queries, pd.DataFrame) or len(queries) == 0:
-        raise BayesScalingError("queries must be a non-empty DataFrame")
-    if not (isinstance(budget, (int, float, np.floating, np.integer)) and budget > 0):
-        raise BayesScalingError(f"budget must be a positive number, got {budget!r}")
+        raise BayesScalingError("queries must be a non-empty DataFrame (or a Series or a dict "
+                                "of columns)")
     costs = candidate_cost(candidates, cost)
+    budget = budget_cost(budget, costs)
 
     draws = None
     try:

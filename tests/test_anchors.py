@@ -162,7 +162,8 @@ def test_cost_6ND():
 
 
 @pytest.mark.parametrize("kw, msg", [
-    (dict(budget=0.0), "budget must be"),
+    (dict(budget=0.0), "budget 0.0 must be a positive cost or a share such as '10%'"),
+    (dict(budget="150%"), r"a share must be in \(0%, 100%\]"),
     (dict(criterion="mse"), "criterion must be"),
     (dict(method="exact"), "method must be"),
     (dict(greedy="lazy"), "greedy must be"),
@@ -176,6 +177,16 @@ def test_bad_anchor_inputs(problem, kw, msg):
     kw = {"budget": 1.0, "cost": "cost", "queries": pd.DataFrame({"D": D_QUERY}), **kw}
     with pytest.raises(bs.BayesScalingError, match=msg):
         A.select(problem["draws"], cands(), **kw)
+
+
+def test_a_budget_share_and_queries_as_a_dict_read_as_the_cost_and_the_table(problem):
+    """``budget="50%"``: half the candidates' total cost (4 runs at 1.0: 2.0); ``queries`` as a
+    dict of columns: the same rows as the DataFrame."""
+    q = pd.DataFrame({"D": D_QUERY})
+    want = A.select(problem["draws"], cands(), budget=2.0, cost="cost", queries=q)
+    got = A.select(problem["draws"], cands(), budget="50%", cost="cost", queries={"D": D_QUERY})
+    assert list(got["candidate"]) == list(want["candidate"]) and len(want) >= 1
+    np.testing.assert_allclose(got["gain"], want["gain"], rtol=1e-12)
 
 
 def test_point_fit_and_missing_noise_are_refused(problem):

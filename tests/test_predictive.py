@@ -116,3 +116,5 @@ def test_rows_may_be_a_series_or_a_dict_of_columns():
         post.forecast({"N": [1e9, 2e9], "D": [1e10, 2e10, 3e10]})
     with pytest.raises(bs.DataError, match="expected a DataFrame, a Series .* got list"):
         post.forecast([1e9, 2e10])
+    with pytest.raises(bs.DataError, match="coverage needs the measured 'loss' of each row"):
+        post.coverage(ROWS)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .. import data as _data
-from ..errors import BayesScalingError, ConvergenceError, ConvergenceWarning
+from ..errors import BayesScalingError, ConvergenceError, ConvergenceWarning, DataError
 from ..laws import Law
 from ..programs import Programs
 from .expansion import Expansion, expansion_scale
@@ -346,6 +346,11 @@ class Posterior:
                  discrepancy=None, allow_unconverged=False) -> dict:
         """Fraction of the rows of ``df`` whose ``loss`` lies in each central predictive interval
         (draws of :meth:`predict_draws`, ``discrepancy`` and ``allow_unconverged`` as there)."""
+        df = _data.as_rows(df)
+        if "loss" not in df:
+            raise DataError(f"coverage needs the measured 'loss' of each row; the rows have "
+                            f"{', '.join(map(str, df.columns))} (post.forecast gives "
+                            "intervals without one)")
         y = self.predict_draws(df, kind, seed=seed, discrepancy=discrepancy,
                                allow_unconverged=allow_unconverged)
         obs = np.asarray(df["loss"], float)

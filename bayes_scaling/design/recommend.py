@@ -294,9 +294,9 @@ def recommend(pool: pd.DataFrame, *, law, cost, targets, budget, loss: str = "lo
     return table
 
 
-def _budget(budget, costs, cand) -> float:
-    """The budget as a cost: a number, or ``"P%"`` of the candidates' total cost; it must afford
-    the cheapest candidate."""
+def budget_cost(budget, costs) -> float:
+    """A budget as a cost: a positive number, or a share ``"P%"`` of ``costs``' total (the
+    candidates'); anything else is one error saying what is accepted."""
     if isinstance(budget, str) and budget.strip().endswith("%"):
         try:
             share = float(budget.strip()[:-1]) / 100
@@ -313,6 +313,12 @@ def _budget(budget, costs, cand) -> float:
         if not (np.isfinite(room) and room > 0):
             raise OptionError(f"budget {budget!r} must be a positive cost or a share such as "
                               "'10%' of the candidates' total cost")
+    return room
+
+
+def _budget(budget, costs, cand) -> float:
+    """:func:`budget_cost`, which must afford the cheapest candidate."""
+    room = budget_cost(budget, costs)
     cheapest = int(np.argmin(costs))
     if room < costs[cheapest] * (1 - 1e-12):
         raise OptionError(f"budget {room:.4g} buys nothing: the cheapest candidate (row "
