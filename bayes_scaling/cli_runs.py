@@ -166,6 +166,10 @@ def cmd_compare(args) -> None:
         if not args.table or not args.laws or len(args.laws) < 2:
             raise OptionError("compare needs a table and at least two --laws (or two or more "
                               "saved --posteriors)")
+        twice = sorted({n for n in args.laws if args.laws.count(n) > 1})
+        if twice:
+            raise OptionError(f"--laws names {', '.join(twice)} more than once; give each law "
+                              "once (at least two different laws)")
         df = read_table(args.table, args.query)
         for name in args.laws:
             print(f"posterior of {name} ({args.method}) ...", file=sys.stderr, flush=True)

@@ -99,6 +99,8 @@ CASES = [
     ("fit-law-module-broken", _fit("{d}/good.csv", "--law-module", "{d}/broken_laws.py"),
      ["broken_laws.py line 3 failed", "NameError"]),
     ("demo-draws-0", ["demo", "--draws", "0"], ["--draws", ">= 1"]),
+    ("compare-same-law-twice", ["compare", "{d}/good.csv", "--laws", "chinchilla", "chinchilla"],
+     ["--laws names chinchilla more than once"]),
     ("posterior-chains-0", ["posterior", "--law", "chinchilla", "{d}/good.csv", "--out",
                             "{d}/p.nc", "--chains", "0"], ["--chains", ">= 1"]),
     ("posterior-time-limit-0", ["posterior", "--law", "chinchilla", "{d}/good.csv", "--out",
