@@ -214,7 +214,7 @@ def main(argv=None) -> int:
     except BayesScalingError as e:
         hint = ""
         if (isinstance(e, LawError) and args.command in LAW_MODULE_COMMANDS
-                and "--law-module" not in e.message):
+                and e.message.startswith("unknown law") and "--law-module" not in e.message):
             hint = "; for a law of your own, pass --law-module FILE.py (the file that registers it)"
         print(f"error: {e.message}{hint}", file=sys.stderr)
         return 2

@@ -32,6 +32,24 @@ bs.laws.register(Law(
 '''
 
 
+BAD_LAW = '''
+import jax.numpy as jnp
+import numpy as np
+import bayes_scaling as bs
+from bayes_scaling.laws import Law, Param
+
+
+def law_fn(p, x):
+    E, A, alpha = p["E"], p["A"], p["alpha"]
+    return {body}
+
+
+bs.laws.register(Law(
+    "{name}", (Param("E", 0.0, 10.0, (0.5, 2.0)), Param("A", 1e-3, 1e6, (1.0, 1e3), True),
+               Param("alpha", 0.01, 2.0, (0.1, 1.0))), ("N",), law_fn), replace=True)
+'''
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("bad")
@@ -53,6 +71,12 @@ def files(tmp_path_factory):
     (d / "truncated.json").write_text(text[: len(text) // 2])
     (d / "my_laws.py").write_text(MY_LAWS)
     (d / "broken_laws.py").write_text("import bayes_scaling as bs\n\nbs.laws.register(Law)\n")
+    # laws whose functions a fit cannot compile: NumPy on a traced column, a scalar for every
+    # row, a parameter name that is not declared
+    for name, body in (("np_power", "E + A * np.power(x['N'], -alpha)"),
+                       ("sum_power", "jnp.sum(E + A * x['N'] ** -alpha)"),
+                       ("typo_power", "E + p['B'] * x['N'] ** -alpha")):
+        (d / f"{name}_laws.py").write_text(BAD_LAW.format(name=name, body=body))
     return d
 
 
@@ -98,6 +122,17 @@ CASES = [
      ["nope.py", "no such Python file"]),
     ("fit-law-module-broken", _fit("{d}/good.csv", "--law-module", "{d}/broken_laws.py"),
      ["broken_laws.py line 3 failed", "NameError"]),
+    ("fit-law-numpy", ["fit", "--law", "np_power", "{d}/good.csv", "--delta", "1e-3",
+                       "--law-module", "{d}/np_power_laws.py"],
+     ["law np_power: JAX cannot trace its function", "np_power_laws.py line 8",
+      "TracerArrayConversionError", "Write it with jax.numpy"]),
+    ("posterior-law-one-value", ["posterior", "--law", "sum_power", "{d}/good.csv", "--out",
+                                 "{d}/p.nc", "--law-module", "{d}/sum_power_laws.py"],
+     ["law sum_power", "returns shape () for 3 rows", "one value per row"]),
+    ("design-law-typo", ["design", "{d}/good.csv", "--law", "typo_power", "--targets", "N > 1e8",
+                         "--budget", "10%", "--law-module", "{d}/typo_power_laws.py"],
+     ["law typo_power: its function", "fails on one number per parameter (E, A, alpha)",
+      "KeyError: 'B'"]),
     ("demo-draws-0", ["demo", "--draws", "0"], ["--draws", ">= 1"]),
     ("compare-same-law-twice", ["compare", "{d}/good.csv", "--laws", "chinchilla", "chinchilla"],
      ["--laws names chinchilla more than once"]),
@@ -134,6 +169,8 @@ def test_bad_input_exits_nonzero_with_one_clear_line(files, capsys, argv, words)
     assert len(errors) == 1, err
     for w in words:
         assert w.replace("{d}", str(files)) in errors[0], errors[0]
+    if "--law-module" in argv:  # the module was given: no hint to pass it
+        assert "pass --law-module FILE.py" not in errors[0], errors[0]
     assert "Traceback" not in out + err
     assert "DESIGN.md" not in err and "renamed(" not in err  # no pointers the CLI cannot follow
     assert "done in" not in err  # refused before any computation
@@ -286,3 +323,14 @@ def test_help_text_on_every_option(capsys):
             assert action.help, f"{name} {action.option_strings or action.dest} has no help"
     assert main(["posterior", "--help"]) == 0
     assert ".json" not in capsys.readouterr().out
+
+
+def test_every_registered_law_traces():
+    """The check that refuses an untraceable user law passes every law the package ships."""
+    from bayes_scaling.checks import check_traceable
+
+    shipped = [n for n in bs.laws.names()
+               if bs.laws.get(n).unshifted_fn.__module__.startswith("bayes_scaling.")]
+    assert len(shipped) >= 20  # the papers' laws and their baselines
+    for name in shipped:
+        check_traceable(name)

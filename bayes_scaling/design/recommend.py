@@ -19,6 +19,7 @@ import operator
 import numpy as np
 import pandas as pd
 
+from ..checks import check_traceable
 from ..data import warn_mixed_signs
 from ..errors import DataError, FitError, OptionError
 from ..laws import Law
@@ -245,6 +246,7 @@ def recommend(pool: pd.DataFrame, *, law, cost, targets, budget, loss: str = "lo
         greedy rule kept, the noise variance, the runs done and the candidates' count.
     """
     law = get_law(law)
+    check_traceable(law)
     pool, done_rows, cand, target_rows = select_rows(pool, loss, done, targets)
     is_cand = _is_candidate(pool, cand)
     costs = run_costs(pool, cost, is_cand)[is_cand]
@@ -338,6 +340,7 @@ def recommend_figure(pool: pd.DataFrame, rec: pd.DataFrame, *, law, cost, target
     from ..plots import style
 
     law = get_law(law)
+    check_traceable(law)
     pool, done_rows, cand, target_rows = select_rows(pool, loss, done, targets)
     xv = law.variables[0]
     yv = law.variables[1] if len(law.variables) > 1 else None

@@ -9,6 +9,7 @@ import pandas as pd
 
 from .. import scalebench
 from ..errors import DataError
+from ..checks import check_traceable
 from ..laws import Law
 from ..laws import get as get_law
 
@@ -66,6 +67,7 @@ class Task:
 
     def __post_init__(self):
         object.__setattr__(self, "law", get_law(self.law))
+        check_traceable(self.law)
         object.__setattr__(self, "budgets", tuple(float(b) for b in self.budgets))
         b = np.asarray(self.budgets)
         if len(b) == 0 or np.any(b <= 0) or np.any(b > 1) or np.any(np.diff(b) <= 0):
