@@ -515,10 +515,9 @@ def _vmapped_law(law: Law):
     return _VMAPPED.get(key, lambda: jax.jit(jax.vmap(law.fn, in_axes=(0, None))))
 
 
-def _forecast_inputs(law: Law, df):
+def _forecast_inputs(law: Law, df: pd.DataFrame):
     """The law's inputs from a table of new rows (no ``loss`` needed, and a ``loss`` column is
     not read: a held-out row of a signed target has its own sign), validated."""
-    df = _data.as_rows(df)
     tmp = df.assign(loss=1.0)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*repeat the same.*")
