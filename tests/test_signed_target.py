@@ -193,6 +193,7 @@ def test_the_command_line_fits_and_forecasts_a_signed_table(tmp_path, capsys):
     assert f["lower"].iloc[0] <= truth <= f["upper"].iloc[0] < 0
 
 
+@pytest.mark.filterwarnings("ignore:.*starts ended non-finite")
 def test_a_table_positive_but_at_a_few_rows_warns_and_names_them():
     """A loss of -1 or 0 on a few rows of a positive table is as likely a marker of runs not made
     as a signed target: the fit goes on as a signed one and says so, naming the rows; saying
