@@ -69,5 +69,5 @@ class ParetoKWarning(UserWarning):
 
 
 class SignedTargetWarning(UserWarning):
-    """A loss column is positive on most rows and at or below 0 on others: a signed target (a loss
+    """A loss column is positive on some rows and at or below 0 on others: a signed target (a loss
     minus a baseline) or rows that mark runs not made, which only the user can tell apart."""
