@@ -20,7 +20,7 @@ import pandas as pd
 from .errors import DataError, SignedTargetWarning
 from .laws import get as get_law
 
-REPLAY_CLIP = (1e-9, 1.0 - 1e-9)
+REPLAY_CLIP = (1e-9, 1.0 - 1e-9)  # the PTPP paper clips r to [1e-9, 1 - 1e-9]
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,24 @@ RULES: dict[str, Rule] = {
 }
 
 
+#: The rules that hold for any law's columns: a loss, a model size and a token count are positive.
+#: The other rules (ratios, epochs, replay, ...) are the shipped laws' conventions for those names;
+#: a law of one's own that reads a column of such a name (a mixture proportion ``r2`` that may be
+#: 0, an ``M`` that is not FLOPs) is given its values as they are, and its own function decides
+#: what they mean (:func:`conventions_apply`).
+UNIVERSAL_RULES = ("loss", "N", "D")
+
+
+def conventions_apply(law) -> bool:
+    """Whether ``law`` is one of the package's own (its function is defined in ``bayes_scaling``),
+    whose columns follow the conventions of :data:`RULES` beyond :data:`UNIVERSAL_RULES` (and
+    whose ``replay`` is clipped into ``REPLAY_CLIP``)."""
+    if law is None:
+        return True
+    module = getattr(law.unshifted_fn, "__module__", "") or ""
+    return module == "bayes_scaling" or module.startswith("bayes_scaling.")
+
+
 CANONICAL = ("loss", "N", "D", "ptpp", "replay", "domain", "M", "D_T", "k", "r", "r_f", "r1", "r2",
              "U")
 ROW_NOTE = " (rows are the table's index labels: in a CSV, 0-based data rows, header not counted)"
@@ -107,7 +125,7 @@ def validate(df: pd.DataFrame, law=None, *, columns=None, min_rows: int | None =
     out = df.copy()
     _check_columns(out, variables, law)
     for col, var in variables.items():
-        if var == "replay":
+        if var == "replay" and conventions_apply(law):
             v = out[col].to_numpy(dtype=float)
             lo, hi = REPLAY_CLIP
             clip = (v < lo) | (v > hi)
@@ -200,7 +218,8 @@ def _check_columns(df, variables, law, rows_needed=True) -> None:
                 "drop those rows or fill in the measured values" + ROW_NOTE
             )
         rule = RULES.get(var) or RULES.get(col)
-        if rule is not None:
+        if rule is not None and (conventions_apply(law)
+                                 or var in UNIVERSAL_RULES or col in UNIVERSAL_RULES):
             bad = rule.bad(v)
             if bad.any():
                 raise DataError(

@@ -11,6 +11,7 @@ from conftest import simulate
 
 import bayes_scaling as bs
 from bayes_scaling.checks import at_bounds
+from bayes_scaling.laws import Law, Param
 from bayes_scaling.cli import main
 
 CHIN = {"E": 1.8, "A": 400.0, "B": 2000.0, "alpha": 0.34, "beta": 0.37}
@@ -334,3 +335,45 @@ def test_every_registered_law_traces():
     assert len(shipped) >= 20  # the papers' laws and their baselines
     for name in shipped:
         check_traceable(name)
+
+
+def _mixing_law():
+    """Ye et al.'s data mixing law (ICLR 2025, Eq. 1) for two of three domains, as a user writes
+    it: its inputs are mixture proportions named r1, r2, and a proportion may be 0."""
+    import jax.numpy as jnp
+    return Law(name="user_mixing", variables=("r1", "r2"), equation="c + k exp(t1 r1 + t2 r2)",
+               params=(Param("c", 0.0, 10.0, (0.5, 2.0)),
+                       Param("k", 1e-4, 100.0, (0.01, 1.0), log_init=True),
+                       Param("t1", -20.0, 20.0, (-3.0, 3.0)),
+                       Param("t2", -20.0, 20.0, (-3.0, 3.0))),
+               fn=lambda p, x: p["c"] + p["k"] * jnp.exp(p["t1"] * x["r1"] + p["t2"] * x["r2"]))
+
+
+def test_a_law_of_ones_own_reads_a_column_named_like_a_shipped_ratio_as_it_is():
+    # The shipped laws' conventions for r1, r2, r, k, replay ... are theirs: a law of one's own
+    # whose proportion r2 is 0 on some rows is fitted (it was refused as "second-stage ratio must
+    # be in (0, 1]"); the rules every law shares (positive loss, N, D) still hold.
+    law = _mixing_law()
+    grid = np.arange(0, 9) / 8
+    r1, r2 = (a.ravel() for a in np.meshgrid(grid, grid))
+    keep = r1 + r2 <= 1.0
+    true = {"c": 1.0, "k": 0.8, "t1": -2.0, "t2": -0.7}
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"r1": r1[keep], "r2": r2[keep]})
+    df["loss"] = np.asarray(law(true, df)) * np.exp(0.002 * rng.standard_normal(len(df)))
+    assert (df["r2"] == 0).sum() == 9
+    fit = bs.fit_map(law, df, delta=1e-3, seed=0)
+    assert fit.params == pytest.approx(true, rel=0.05)
+    with pytest.raises(bs.DataError, match=r"'loss'.*rows 3"):
+        bs.data.validate(df.assign(loss=df["loss"].where(df.index != 3, -1.0)), law)
+    # a shipped law keeps its convention on the same column name
+    m3 = bs.laws.get("m3_r1")
+    rows = pd.DataFrame({"loss": [3.0, 3.1], "M": [1e9, 1e9], "D_T": [1e9, 1e9], "k": [1.0, 2.0],
+                         "r": [0.5, 0.5], "r_f": [0.5, 0.5], "r1": [0.5, -0.1]})
+    with pytest.raises(bs.DataError, match=r"'r1' \(first-stage ratio\).*rows 1"):
+        bs.data.validate(rows, m3, min_rows=1)
+    user_nd = Law(name="user_nd", variables=("N", "D"), params=(Param("E", 0.0, 10.0, (1.0, 2.0)),),
+                  fn=lambda p, x: p["E"] + 0.0 * x["N"] * x["D"])
+    with pytest.raises(bs.DataError, match=r"'N'.*rows 1"):
+        bs.data.validate(pd.DataFrame({"loss": [3.0, 3.1], "N": [1e9, 0.0], "D": [1e9, 1e9]}),
+                         user_nd, min_rows=1)

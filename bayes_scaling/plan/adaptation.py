@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from ..data import REPLAY_CLIP
 from ..errors import BayesScalingError, DataError
 from ..fit import fit_map
 from ..bayes.predictive import ParamDraws, order_statistic, predict_draws
@@ -18,7 +19,6 @@ from .result import InfeasiblePlanError, Plan, PlanPoint, parse_forgetting
 __all__ = ["REPLAY_CLIP", "PlanProblem", "adaptation", "checkpoint_rows", "pretraining_fit",
            "source_base_loss", "thin_draws"]
 
-REPLAY_CLIP = (1e-9, 1.0 - 1e-9)  # the PTPP paper clips r to [1e-9, 1 - 1e-9]
 SOURCE_BASE_ATPP = 1e9  # "D -> infinity" of the law-based default for L_src,0 (see adaptation)
 
 
