@@ -229,6 +229,18 @@ def _check_columns(df, variables, law, rows_needed=True) -> None:
                 )
 
 
+def input_space(ref, x=None) -> np.ndarray:
+    """``x`` (default ``ref``) in the space distances between rows are measured in: the natural log
+    when every value of the reference ``ref`` is positive (a size, a token count: a scale), the
+    values as they are otherwise (a proportion that may be 0, a signed input), where a log would
+    put every 0 at the same far end."""
+    ref = np.asarray(ref, dtype=float)
+    x = ref if x is None else np.asarray(x, dtype=float)
+    if ref.size and np.all(ref > 0):
+        return np.log(np.maximum(x, 1e-300))
+    return x
+
+
 def target_shift_of(loss) -> float:
     """The constant that makes a signed target a positive one (0 when every finite value is
     already positive).

@@ -167,3 +167,31 @@ def test_pit_from_quantiles_matches_draws():
     b = ev.quantile_rows(q, ev.TAUS, y)
     np.testing.assert_allclose(a["pit"], b["pit"], atol=0.01)
     np.testing.assert_allclose(a["lo90"], b["lo90"], rtol=1e-3)
+
+
+def _proportion_law():
+    import jax.numpy as jnp
+    from bayes_scaling.laws import Law, Param
+    return Law(name="user_proportion", variables=("r1", "N"), equation="c + k exp(t r1) + A/N^a",
+               params=(Param("c", 0.0, 10.0, (0.5, 2.0)), Param("k", 1e-3, 10.0, (0.1, 1.0)),
+                       Param("t", -10.0, 10.0, (-2.0, 2.0)), Param("A", 1e-3, 1e4, (1.0, 100.0)),
+                       Param("a", 0.0, 1.0, (0.1, 0.5))),
+               fn=lambda p, x: p["c"] + p["k"] * jnp.exp(p["t"] * x["r1"]) + p["A"] / x["N"] ** p["a"])
+
+
+def test_the_conformal_axis_of_a_law_whose_inputs_may_be_zero():
+    # a mixture proportion r1 (0 on some runs) and a positive N: the axis is N when the queries
+    # reach beyond N (log units); r1, read as it is, when only r1 leaves the table (it was an
+    # error: "no input varies with positive values")
+    law = _proportion_law()
+    train = pd.DataFrame({"r1": [0.0, 0.25, 0.5] * 2, "N": [1e8] * 3 + [1e9] * 3})
+    beyond_n = pd.DataFrame({"r1": [0.25], "N": [1e10]})
+    axis = ev.baselines.auto_axis(law, train, beyond_n)
+    assert axis.name == "N"
+    np.testing.assert_allclose(axis(beyond_n), [math.log(1e10)])
+    beyond_r = pd.DataFrame({"r1": [0.75], "N": [5e8]})
+    axis = ev.baselines.auto_axis(law, train, beyond_r)
+    assert axis.name == "r1"
+    np.testing.assert_allclose(axis(pd.concat([train, beyond_r])), [0, 0.25, 0.5] * 2 + [0.75])
+    below = pd.DataFrame({"r1": [-0.1], "N": [5e8]})  # a signed input below the range
+    assert ev.baselines.auto_axis(law, train, below).name == "-r1"

@@ -57,3 +57,22 @@ def test_a_forecast_one_decade_beyond_two_stages_has_the_prior_spread_of_one_dec
     second_moment = float(np.mean(np.log(factor[:, 0]) ** 2))
     expected = MU_SCALE**2 + TAU_SCALE**2
     assert 0.85 * expected < second_moment < 1.15 * expected
+
+
+def test_a_column_with_zeros_is_measured_as_it_is_not_in_log_space():
+    # Mixture proportions r1 in [0, 0.5] (0 on some runs) and a positive N: r1 is read as it is,
+    # so r1 = 0.75 is half a fitted width beyond (in log space every 0 sat at log 1e-300, the
+    # fitted width was 690 nats, and 0.75 was 0.0006 widths away: nothing to rehearse along).
+    fitted = pd.DataFrame({"r1": [0.0, 0.25, 0.5, 0.0, 0.25, 0.5],
+                           "N": [1e8, 1e8, 1e8, 1e9, 1e9, 1e9]})
+    fr = FittedRange(fitted, ["r1", "N"])
+    assert fr.log.tolist() == [False, True]
+    q = pd.DataFrame({"r1": [0.75, 0.25, 0.25], "N": [1e8, 1e10, 5e8]})
+    d, sigs = fr.locate(q)
+    np.testing.assert_allclose(d, [0.5, 1.0, 0.0], atol=1e-12)
+    assert sigs.tolist() == ["r1+", "N+", ""]
+    # decades: one fitted width of r1 counts one; N keeps its decades
+    np.testing.assert_allclose(fr.decades(q), [0.5, 1.0, 0.0], atol=1e-12)
+    # a signed column (a user's log learning rate) likewise
+    signed = FittedRange(pd.DataFrame({"lr": [-3.0, -2.0, -1.0]}), ["lr"])
+    np.testing.assert_allclose(signed.locate(pd.DataFrame({"lr": [0.0, -4.0]}))[0], [0.5, 0.5])

@@ -40,8 +40,10 @@ def power_coordinates(coef="A", exponent="alpha", variable="N") -> Coordinates:
 
 
 def _centre_row(x):
-    """The table row closest to the centre of the table (standardised log coordinates)."""
-    X = jnp.stack([jnp.log(jnp.maximum(x[v], 1e-300)) for v in sorted(x)], -1)
+    """The table row closest to the centre of the table (standardised coordinates: log where a
+    column is positive throughout, as it is otherwise, as :func:`bayes_scaling.data.input_space`)."""
+    X = jnp.stack([jnp.where(jnp.all(x[v] > 0), jnp.log(jnp.maximum(x[v], 1e-300)), x[v])
+                   for v in sorted(x)], -1)
     z = (X - X.mean(0)) / (X.std(0) + 1e-12)
     i = jnp.argmin(jnp.sum(z * z, -1))
     return {v: x[v][i][None] for v in x}

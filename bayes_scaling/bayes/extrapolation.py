@@ -1,8 +1,8 @@
 """The fitted range of a table and how far a row lies beyond it (docs/forecasting.md,
-"Extrapolation distance"): in the law's input columns, in log space, each column scaled by its
-fitted width (:class:`FittedRange`, :func:`extrapolation`), or in decades
-(:meth:`FittedRange.decades`), the unit of the discrepancy's prior where no rehearsal is
-possible."""
+"Extrapolation distance"): in the law's input columns, in log space (a column not positive
+throughout the fit: as it is), each column scaled by its fitted width (:class:`FittedRange`,
+:func:`extrapolation`), or in decades (:meth:`FittedRange.decades`), the unit of the
+discrepancy's prior where no rehearsal is possible."""
 from __future__ import annotations
 
 import functools
@@ -13,8 +13,7 @@ from scipy.spatial import ConvexHull, QhullError
 
 from .predictive import idata_group
 
-__all__ = ["HULL_TOL", "FittedRange", "extrapolation", "fitted_table", "input_columns",
-           "scaled_columns"]
+__all__ = ["HULL_TOL", "FittedRange", "extrapolation", "fitted_table", "input_columns"]
 
 #: A row closer than this to the fitted hull (in scaled log units) is inside it.
 HULL_TOL = 1e-9
@@ -31,17 +30,6 @@ def fitted_table(post) -> pd.DataFrame:
 def input_columns(law) -> list[str]:
     """The columns a law reads (one per variable)."""
     return [law.column(v) for v in law.variables]
-
-
-def _logs(df: pd.DataFrame, cols) -> np.ndarray:
-    return np.log(np.maximum(df[cols].to_numpy(float), 1e-300)).reshape(len(df), len(cols))
-
-
-def scaled_columns(fitted: pd.DataFrame, df: pd.DataFrame, columns):
-    """``(cols, F, X)``: the columns present in both tables and both tables in log space, scaled
-    so that the fitted range of every column is ``[0, 1]`` (a constant column: width 1)."""
-    r = FittedRange(fitted, [c for c in columns if c in df])
-    return r.cols, r.F, r.scale(df)
 
 
 def _hull_facets(F):
@@ -65,18 +53,37 @@ class FittedRange:
     (those of ``columns`` it has) in log space scaled to ``[0, 1]`` (``F``; a constant column
     has width 1) and the facets of their convex hull."""
 
-    def __init__(self, fitted: pd.DataFrame, columns):
+    def __init__(self, fitted: pd.DataFrame, columns, log=None):
         self.fitted, self.columns = fitted, list(columns)
         self.cols = [c for c in self.columns if c in fitted]
-        F = _logs(fitted, self.cols)
+        values = fitted[self.cols].to_numpy(float).reshape(len(fitted), len(self.cols))
+        # log space for a column positive throughout the fit, its values as they are otherwise;
+        # ``log`` ({column: bool}) keeps another table's choice (a part of it, as a rehearsal's
+        # inner rows, is measured as the whole table is)
+        self.log = np.array([log[c] if log is not None and c in log
+                             else bool(len(v)) and bool(np.all(v > 0))
+                             for c, v in zip(self.cols, values.T)], bool)
+        F = self._space(values)
         self.lo = F.min(0, initial=np.inf)
         hi = F.max(0, initial=-np.inf)
         self.width = np.where(hi > self.lo, hi - self.lo, 1.0)
         self.F = (F - self.lo) / self.width
 
+    def _space(self, values: np.ndarray) -> np.ndarray:
+        return np.where(self.log, np.log(np.maximum(values, 1e-300)), values)
+
     def scale(self, df: pd.DataFrame) -> np.ndarray:
         """The rows of ``df`` in the scaled coordinates of ``F``."""
-        return (_logs(df, self.cols) - self.lo) / self.width
+        values = df[self.cols].to_numpy(float).reshape(len(df), len(self.cols))
+        return (self._space(values) - self.lo) / self.width
+
+    @property
+    def spaces(self) -> dict:
+        """``{column: True}`` for a column measured in log space, ``False`` read as it is."""
+        return dict(zip(self.cols, self.log.tolist()))
+
+    def _part(self, df):
+        return FittedRange(self.fitted, [c for c in self.columns if c in df], log=self.spaces)
 
     @functools.cached_property
     def facets(self):
@@ -85,7 +92,7 @@ class FittedRange:
     def locate(self, df: pd.DataFrame):
         """``(d, signatures)`` of the rows of ``df``: :func:`extrapolation`."""
         if [c for c in self.cols if c in df] != self.cols:  # a table without some column
-            return FittedRange(self.fitted, [c for c in self.columns if c in df]).locate(df)
+            return self._part(df).locate(df)
         X = self.scale(df)
         beyond = np.maximum(X - 1.0, 0.0) - np.maximum(-X, 0.0)
         d = np.sqrt((beyond**2).sum(1))
@@ -110,18 +117,23 @@ class FittedRange:
         and outside the hull, the distance from the facet :meth:`locate` names, in the same
         unscaled log space (the facet ``n . X + b = 0`` of the scaled coordinates is
         ``(n / w) . log x + c = 0``). The unit of the discrepancy's prior where no rehearsal is
-        possible (docs/forecasting.md, "Where no rehearsal is possible")."""
+        possible (docs/forecasting.md, "Where no rehearsal is possible"). A column read as it
+        is (not positive throughout the fit) counts one fitted width beyond its range as one
+        decade."""
         if [c for c in self.cols if c in df] != self.cols:  # a table without some column
-            return FittedRange(self.fitted, [c for c in self.columns if c in df]).decades(df)
+            return self._part(df).decades(df)
         X = self.scale(df)
-        beyond = (np.maximum(X - 1.0, 0.0) - np.maximum(-X, 0.0)) * self.width
+        # a column in log space: its excess in natural log units (a decade once divided by ln 10
+        # below); a column read as it is: its excess in fitted widths, one width a "decade"
+        unit = np.where(self.log, self.width, np.log(10.0))
+        beyond = (np.maximum(X - 1.0, 0.0) - np.maximum(-X, 0.0)) * unit
         d = np.sqrt((beyond**2).sum(1))
         if len(df) and self.facets is not None:
             normals, offsets = self.facets
             v = X @ normals.T + offsets
             best = v.argmax(1)
             out = (d == 0) & (v.max(1) > HULL_TOL)
-            d = np.where(out, v.max(1) / np.linalg.norm(normals / self.width, axis=1)[best], d)
+            d = np.where(out, v.max(1) / np.linalg.norm(normals / unit, axis=1)[best], d)
         return d / np.log(10.0)
 
 

@@ -36,8 +36,7 @@ import pandas as pd
 
 from ..errors import FitError
 from ..params import row_bucket
-from .extrapolation import (FittedRange, extrapolation, fitted_table, input_columns,
-                            scaled_columns)
+from .extrapolation import FittedRange, extrapolation, fitted_table, input_columns
 from .model import theta_s_batch
 from .modes import find_modes, map_stage
 from .predictive import ParamDraws, as_draws
@@ -242,7 +241,8 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
     # first cut (a table too small for any cut is never fitted, nor validated as a fit's table);
     # padded to the full table's rows, so they run the programs the posterior's own fit compiled
     ref, bucket = None, row_bucket(len(table))
-    cols, F, _ = scaled_columns(table, table, columns)
+    full = FittedRange(table, [c for c in columns if c in table])
+    cols, F = full.cols, full.F
     t = F @ np.array([direction.get(c, 0.0) for c in cols])
     lo, hi = t.min(), t.max()
     n_min = len(post.settings["free"]) + 3
@@ -264,7 +264,7 @@ def rehearsal_rows(post, direction: dict, table: pd.DataFrame | None = None) -> 
         except FitError:
             failed.append(q)
             continue
-        d, _ = extrapolation(train, test, columns)
+        d, _ = FittedRange(train, cols, log=full.spaces).locate(test)
         r = np.log(np.asarray(test["loss"], float)) - np.nanmedian(y, 0)
         out.append(pd.DataFrame({"row": np.flatnonzero(~inner), "cut": q, "r": r,
                                  "v0": np.nanvar(y, 0), "d": d,

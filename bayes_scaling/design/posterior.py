@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.spatial.distance import cdist
 
+from ..data import input_space
 from ..laws import Law
 from .fitting import Starts, from_unconstrained, jacobian_u, predictor, to_unconstrained
 
@@ -38,13 +39,14 @@ def noise_variance(sse: float, n: int, pool_y) -> float:
 
 
 def log_inputs(law: Law, x: dict, ref: dict) -> np.ndarray:
-    """Log inputs standardised by the pool ``ref`` (constant columns dropped): (rows, dims)."""
+    """Inputs standardised by the pool ``ref`` (constant columns dropped): (rows, dims); in log
+    space where the pool's column is positive (:func:`~bayes_scaling.data.input_space`)."""
     cols = []
     for v in law.variables:
-        lr = np.log(np.maximum(ref[v], 1e-300))
+        lr = input_space(ref[v])
         sd = lr.std()
         if sd > 0:
-            cols.append((np.log(np.maximum(x[v], 1e-300)) - lr.mean()) / sd)
+            cols.append((input_space(ref[v], x[v]) - lr.mean()) / sd)
     return np.stack(cols, -1) if cols else np.zeros((len(next(iter(x.values()))), 1))
 
 

@@ -234,23 +234,34 @@ def auto_axis(law, train, query) -> Callable:
     """The law input along which the query rows reach farthest beyond the training rows, in log
     units beyond the training range (above its maximum or below its minimum): a function of a
     table giving larger values farther out (the column, or its negative when the queries lie
-    below the range)."""
+    below the range). A column not positive in both tables is read as it is, its reach in widths
+    of the training range: it is picked when no column in log units reaches beyond the range."""
     law = get_law(law)
-    best, pick = -np.inf, None
+    # log units for a column positive in both tables, fitted widths for the others (read as they
+    # are: a proportion that may be 0, a signed input); a column reaching beyond the range in log
+    # units first, then one beyond it as it is; with none beyond, the nearest as before
+    found = []
     for col in law.columns:
         tr, qu = train[col].to_numpy(float), query[col].to_numpy(float)
-        if np.any(tr <= 0) or np.any(qu <= 0) or np.ptp(tr) == 0:
+        if np.ptp(tr) == 0:
             continue
-        up, down = np.log(qu.max() / tr.max()), np.log(tr.min() / qu.min())
-        for gap, sign in ((up, 1.0), (down, -1.0)):
-            if gap > best:
-                best, pick = gap, (col, sign)
+        log = bool(np.all(tr > 0) and np.all(qu > 0))
+        if log:
+            up, down = np.log(qu.max() / tr.max()), np.log(tr.min() / qu.min())
+        else:
+            up, down = (qu.max() - tr.max()) / np.ptp(tr), (tr.min() - qu.min()) / np.ptp(tr)
+        found += [(gap, log, col, sign) for gap, sign in ((up, 1.0), (down, -1.0))]
+    order = [lambda f: f[0] > 0 and f[1], lambda f: f[0] > 0, lambda f: f[1], lambda f: True]
+    pick = next((max((f for f in found if rule(f)), key=lambda f: f[0])
+                 for rule in order if any(rule(f) for f in found)), None)
     if pick is None:
         raise DataError(f"no input of {law.name} ({list(law.columns)}) varies in the training "
-                        "table with positive values: pass axis= (a column or table -> values)")
-    col, sign = pick
+                        "table: pass axis= (a column or table -> values)")
+    _, log, col, sign = pick
+
     def fn(t):
-        return sign * np.log(t[col].to_numpy(float))
+        v = t[col].to_numpy(float)
+        return sign * (np.log(v) if log else v)
 
     fn.name = col if sign > 0 else f"-{col}"
     return fn
