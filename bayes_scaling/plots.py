@@ -298,7 +298,7 @@ def _curve_grid(law, rows, x, logx, n=GRID_POINTS):
 
 
 @styled
-def fit_plot(fit, df, *, x=None, panel=None, color=None, interval=0.9, kind="mean", logx=True,
+def fit_plot(fit, df, *, x=None, panel=None, color=None, interval=0.9, kind="mean", logx="auto",
              n_grid=GRID_POINTS, path=None, title=None):
     """Observed losses and the fitted law with its credible bands up to ``interval``.
 
@@ -309,12 +309,14 @@ def fit_plot(fit, df, *, x=None, panel=None, color=None, interval=0.9, kind="mea
         interval: the widest central credible band; the :data:`BAND_LEVELS` below it are drawn
             inside it.
         kind: ``"mean"`` (band of the law's value) or ``"predictive"`` (of a new measurement).
-        logx: log-scale x axis.
+        logx: log-scale x axis; ``"auto"`` (default): when every ``x`` value drawn is positive
+            (a proportion that may be 0 or a signed input stays on a linear axis).
         n_grid: points per curve.
         path: write a PNG there.
     """
     law = fit.law
     x, panels, color = grouping(law, df, x, panel, color)
+    logx = _log_axis(logx, df[x])
     keys = panels
     groups = list(df.groupby(keys, sort=True)) if keys else [((), df)]
     if len(groups) > MAX_PANELS:
@@ -376,13 +378,14 @@ def parity_plot(fit, df, *, interval=0.9, kind="mean", path=None, title=None):
 
 @styled
 def forecast_plot(fit, new_df, *, x=None, train=None, heldout=None, interval=0.9,
-                  kind="predictive", logx=True, n_grid=GRID_POINTS, path=None, title=None):
+                  kind="predictive", logx="auto", n_grid=GRID_POINTS, path=None, title=None):
     """Forecast bands over the range of ``new_df`` along ``x`` (one curve per combination of the
     other columns, evaluated on a dense grid of ``n_grid`` points), with the training rows
     (grey) and held-out rows (red crosses) if given. A curve of one row is a point with its
     ``interval`` bar."""
     law = fit.law
     x, panels, color = grouping(law, new_df, x)
+    logx = _log_axis(logx, *(t[x] for t in (new_df, train, heldout) if t is not None))
     keys = panels + ([color] if color else [])
     groups = list(new_df.groupby(keys, sort=True)) if keys else [((), new_df)]
     fig = Figure(figsize=(6.5, 4.2), constrained_layout=True)
@@ -424,7 +427,7 @@ def forecast_plot(fit, new_df, *, x=None, train=None, heldout=None, interval=0.9
 
 @styled
 def fan_chart(fit, grid, x, *, data=None, points=None, levels=BAND_LEVELS, kind="predictive",
-              logx=True, xlabel=None, seed=0, max_draws=1000, discrepancy=None, path=None,
+              logx="auto", xlabel=None, seed=0, max_draws=1000, discrepancy=None, path=None,
               title=None):
     """A fan chart: the forecast's nested ``levels`` bands and median along the rows of ``grid``
     (a path through the law's inputs, e.g. a compute-optimal line; ``x`` a column of ``grid``
@@ -441,6 +444,8 @@ def fan_chart(fit, grid, x, *, data=None, points=None, levels=BAND_LEVELS, kind=
         raise BayesScalingError(f"fan_chart: the grid has no column {x!r} to plot against "
                                 f"(it has {list(grid.columns)}); add it, e.g. C = 6 N D")
     grid = pd.DataFrame(grid).reset_index(drop=True)
+    logx = _log_axis(logx, grid[x], *(pd.DataFrame(t)[x] for t in (data, points)
+                                      if t is not None and len(t) and x in pd.DataFrame(t)))
     kw = {"seed": seed, "max_draws": max_draws, "discrepancy": discrepancy}
     b = band(fit, grid, levels, kind, **kw)
     fig = Figure(figsize=(7.0, 4.6), constrained_layout=True)
@@ -497,6 +502,14 @@ def pair_plot(post, path=None, var_names=None, divergences=True):
         _save(fig, path)
     plt.close(fig)
     return fig
+
+
+def _log_axis(logx, *values) -> bool:
+    """``logx`` as asked; ``"auto"``: True when every value drawn along the axis is positive."""
+    if logx != "auto":
+        return bool(logx)
+    v = np.concatenate([np.ravel(np.asarray(a, float)) for a in values]) if values else []
+    return bool(len(v)) and bool(np.all(v > 0))
 
 
 def _logx(ax):

@@ -117,3 +117,27 @@ def test_a_pool_with_no_candidate_is_a_clear_error():
     pool = pool_1d().dropna()
     with pytest.raises(DataError, match="every row of the pool is done"):
         bs.design.recommend(pool, law=LAW, cost="N", targets=TARGETS, budget=1.0)
+
+
+def test_the_figure_keeps_an_input_that_is_not_positive_on_a_linear_axis(tmp_path):
+    # a log learning rate (negative) beside N: on a log axis every point vanished (an empty
+    # figure); the positive N keeps its log axis
+    law = bs.laws.Law(
+        name="rec_lr", variables=("N", "loglr"), equation="E + A / N^alpha + c (loglr + 3)^2",
+        params=(bs.laws.Param("E", 0.0, 10.0, (1.0, 3.0)),
+                bs.laws.Param("A", 1e-3, 1e6, (1.0, 1e3), log_init=True),
+                bs.laws.Param("alpha", 0.0, 2.0, (0.1, 0.8)),
+                bs.laws.Param("c", 0.0, 10.0, (0.01, 1.0))),
+        fn=lambda p, x: p["E"] + p["A"] / x["N"] ** p["alpha"] + p["c"] * (x["loglr"] + 3.0) ** 2)
+    grid = pd.DataFrame([(n, g) for n in np.geomspace(1e6, 1e8, 5) for g in (-4.0, -3.0, -2.0)],
+                        columns=["N", "loglr"])
+    grid["loss"] = np.asarray(law({**TRUE, "c": 0.1}, grid))
+    grid.loc[grid["N"] > 2e7, "loss"] = np.nan
+    targets = pd.DataFrame({"N": [1e9, 1e9], "loglr": [-3.5, -2.5]})
+    rec = bs.design.recommend(grid, law=law, cost="N", targets=targets, budget="50%")
+    fig = bs.design.recommend_figure(grid, rec, law=law, cost="N", targets=targets,
+                                     path=tmp_path / "lr.png")
+    ax = fig.axes[0]
+    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "linear")
+    lo, hi = ax.get_ylim()
+    assert lo < -4.0 and hi > -2.0  # every learning rate drawn inside the axis

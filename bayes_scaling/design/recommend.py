@@ -373,8 +373,13 @@ def recommend_figure(pool: pd.DataFrame, rec: pd.DataFrame, *, law, cost, target
             for k, t in enumerate(coords(target_rows, cost_known=False)[0]):
                 ax.axvline(t, color="k", ls="--", lw=0.8,
                            label=f"targets ({len(target_rows)})" if k == 0 else None)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        # log axes for inputs positive on every row drawn; a proportion that may be 0 or a
+        # signed input (a log learning rate) on a linear axis, where its points stay visible
+        shown = [coords(t, cost_known=yv is not None) for t in (done_rows, cand, target_rows)]
+        for axis, k in (("x", 0), ("y", 1)):
+            vals = np.concatenate([np.ravel(c[k]) for c in shown if c[k] is not None])
+            if len(vals) and np.all(vals > 0):
+                getattr(ax, f"set_{axis}scale")("log")
         ax.set_xlabel(law.column(xv))
         ax.set_ylabel(law.column(yv) if yv else "cost")
         ax.set_title(f"next runs to buy ({law.name})")
