@@ -375,9 +375,9 @@ def recommend_figure(pool: pd.DataFrame, rec: pd.DataFrame, *, law, cost, target
                            label=f"targets ({len(target_rows)})" if k == 0 else None)
         # log axes for inputs positive on every row drawn; a proportion that may be 0 or a
         # signed input (a log learning rate) on a linear axis, where its points stay visible
-        shown = [coords(t, cost_known=yv is not None) for t in (done_rows, cand, target_rows)]
+        shown = [coords(done_rows), coords(cand), coords(target_rows, cost_known=yv is not None)]
         for axis, k in (("x", 0), ("y", 1)):
-            vals = np.concatenate([np.ravel(c[k]) for c in shown if c[k] is not None])
+            vals = np.concatenate([np.ravel(c[k]) for c in shown if c[k] is not None] or [[]])
             if len(vals) and np.all(vals > 0):
                 getattr(ax, f"set_{axis}scale")("log")
         ax.set_xlabel(law.column(xv))
