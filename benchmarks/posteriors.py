@@ -25,7 +25,9 @@ Cases (``--list`` prints them in the order they run; ``--only REGEX`` and ``--ma
   a powered sum, compute alone, log-linear, power terms of either sign; none registered, none
   declaring linear coefficients, coordinate blocks or prior references) on three real tables
   (chinchilla_epoch's kept rows, Gadre's c4_val rows of the rpj corpus, one porian_isoflop
-  configuration): what the default engine does with a law it was never told about.
+  configuration): what the default engine does with a law it was never told about; and a
+  law of other inputs on its own table (Ye et al.'s data mixing law on three validation domains
+  of their three-domain mixtures, proportions that are 0 on some runs).
 
 Per case and role (one JSON line each in ``benchmarks/out/posteriors/results.jsonl``):
 
@@ -80,7 +82,7 @@ sys.path.insert(0, str(ROOT))
 import bayes_scaling as bs  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from user_laws import LAWS as USER_LAWS  # noqa: E402
+from user_laws import LAWS as USER_LAWS, OWN_INPUT_LAWS  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "out" / "posteriors"
 RESULTS = OUT / "results.jsonl"
@@ -123,7 +125,8 @@ class Case:
 
     def law(self):
         if self.law_name.startswith("user_"):
-            return USER_LAWS[self.law_name[len("user_"):]]
+            name = self.law_name[len("user_"):]
+            return USER_LAWS[name] if name in USER_LAWS else OWN_INPUT_LAWS[name]
         if "/" in self.law_name:
             task, law_id = self.law_name.rsplit("/", 1)
             return bs.scalebench.get(task, law_id)
@@ -363,6 +366,30 @@ USER_TABLES = (
 )
 
 
+def data_mixing(domain, path="3Mix/410M.txt"):
+    """Ye et al.'s three-domain mixtures (Github, Books3, Pile-CC; 32 runs of 410M parameters):
+    the loss on the validation ``domain`` at the last checkpoint, against the training
+    proportions r1, r2, r3 read from the run's name (``<id>-<r1>-<r2>-<r3>``)."""
+    rows = []
+    for line in open(SHARED / "data_mixing_laws" / "data" / path):
+        ckpt, valid, loss = line.rstrip("\n").split("\t")
+        run, step = ckpt.rstrip("/").split("/")[-2:]
+        r = [float(v) for v in run.split("-")[1:]]
+        rows.append(dict(run=run, step=int(step), domain=valid.split("/")[-1].split(".")[-2],
+                         loss=float(loss), **{f"r{i + 1}": v for i, v in enumerate(r)}))
+    df = pd.DataFrame(rows).drop_duplicates()
+    df = df[df["domain"] == domain]
+    return df[df["step"] == df["step"].max()].reset_index(drop=True)
+
+
+#: Tables whose inputs only their own law reads: (table, loader, note, law of OWN_INPUT_LAWS)
+OWN_TABLES = tuple(
+    (f"data_mixing_laws-3mix-410m-{dom}", lambda dom=dom: data_mixing(dom),
+     f"3Mix 410M runs, {dom} validation loss at the last checkpoint; proportions 0 on some runs",
+     "mixing")
+    for dom in ("Github", "Books3", "Pile-CC"))
+
+
 def _fixed_build(load, fixed=None, note=""):
     return lambda: Built(load(), dict(fixed or {}), None, note)
 
@@ -421,6 +448,9 @@ def cases() -> list[Case]:
         for name in USER_LAWS:
             out.append(Case(f"user/{table}/{name}", "user", "user", f"user_{name}",
                             _fixed_build(load, note=note)))
+    for table, load, note, name in OWN_TABLES:
+        out.append(Case(f"user/{table}/{name}", "user", "user", f"user_{name}",
+                        _fixed_build(load, note=note)))
     out.append(Case("extra/regmix/chinchilla", "chinchilla", "extra", "chinchilla",
                     skip="each RegMix table holds one model size and one token budget (the 60M "
                          "runs' budget is not stated): no N or D variation for L(N, D)"))

@@ -64,3 +64,17 @@ LAWS = {
         lambda p, x: p["E"] + p["A"] * x["N"] ** -p["a"] + p["B"] * x["D"] ** -p["b"],
         "E + A N^-a + B D^-b, A and B of either sign"),
 }
+
+#: Laws of their own inputs, each fitted only on its own table (posteriors.py, OWN_TABLES)
+OWN_INPUT_LAWS = {
+    # Ye et al. (ICLR 2025), "Data Mixing Laws", Eq. (1), for a three-domain mixture: the loss on
+    # one validation domain against two of the training proportions (the third is 1 - r1 - r2);
+    # the proportions are 0 on some runs
+    "mixing": Law(name="user_mixing", variables=("r1", "r2"),
+                  params=(Param("c", 0.0, 10.0, (0.5, 2.0)),
+                          Param("k", 1e-4, 100.0, (0.01, 1.0), log_init=True),
+                          Param("t1", -20.0, 20.0, (-3.0, 3.0)),
+                          Param("t2", -20.0, 20.0, (-3.0, 3.0))),
+                  fn=lambda p, x: p["c"] + p["k"] * jnp.exp(p["t1"] * x["r1"] + p["t2"] * x["r2"]),
+                  equation="c + k exp(t1 r1 + t2 r2) (Ye et al. 2025, Eq. 1)"),
+}
