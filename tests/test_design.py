@@ -137,6 +137,8 @@ def test_bad_tasks_fail_with_the_column_rows_and_fix(task):
         bs.design.Task(name="x", train=task.train, test=task.test, law=LAW, budgets=(0.1, 0.05))
     with pytest.raises(BayesScalingError, match="unknown method"):
         bs.design.run(task, method="oracle")
+    with pytest.raises(BayesScalingError, match=r"takes no options \['seed'\].*seeds=\[0, 1\]"):
+        bs.design.run(task, method="bayes", seed=0)
 
 
 def test_groups_are_fitted_separately_and_a_test_group_needs_a_pool():

@@ -352,4 +352,7 @@ def make(name: str, **options) -> Method:
     try:
         return METHODS[name](**options)
     except TypeError:
-        raise BayesScalingError(f"method {name!r} takes no options {sorted(options)}") from None
+        hint = ("; the seeds are run's own argument: run(task, method, seeds=[0, 1])"
+                if "seed" in options else "")
+        raise BayesScalingError(f"method {name!r} takes no options {sorted(options)}"
+                                + hint) from None
