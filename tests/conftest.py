@@ -109,6 +109,18 @@ def offset_power_law(name: str = "toy_power") -> bs.laws.Law:
         fn=lambda p, x: p["E"] + p["A"] * x["N"] ** -p["alpha"])
 
 
+def learning_rate_law(name: str = "toy_lr") -> bs.laws.Law:
+    """``E + A N^-alpha + c (loglr + 3)^2``: a law of one's own with a negative input (the log10
+    learning rate), which figures and distances must not read in log space."""
+    return bs.laws.Law(
+        name=name, variables=("N", "loglr"), equation="E + A / N^alpha + c (loglr + 3)^2",
+        params=(bs.laws.Param("E", 0.0, 10.0, (1.0, 3.0)),
+                bs.laws.Param("A", 1e-3, 1e6, (1.0, 1e3), log_init=True),
+                bs.laws.Param("alpha", 0.0, 2.0, (0.1, 0.8)),
+                bs.laws.Param("c", 0.0, 10.0, (0.01, 1.0))),
+        fn=lambda p, x: p["E"] + p["A"] / x["N"] ** p["alpha"] + p["c"] * (x["loglr"] + 3.0) ** 2)
+
+
 def pytest_configure(config):
     """One persistent JAX compilation cache for the run, in pytest's cache directory (``pytest
     --cache-clear`` empties it): a program compiled once, by any test, pytest-xdist worker, CLI

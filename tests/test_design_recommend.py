@@ -2,7 +2,7 @@
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import offset_power_law
+from conftest import learning_rate_law, offset_power_law
 
 import bayes_scaling as bs
 from bayes_scaling.errors import BayesScalingError, DataError, OptionError
@@ -122,13 +122,7 @@ def test_a_pool_with_no_candidate_is_a_clear_error():
 def test_the_figure_keeps_an_input_that_is_not_positive_on_a_linear_axis(tmp_path):
     # a log learning rate (negative) beside N: on a log axis every point vanished (an empty
     # figure); the positive N keeps its log axis
-    law = bs.laws.Law(
-        name="rec_lr", variables=("N", "loglr"), equation="E + A / N^alpha + c (loglr + 3)^2",
-        params=(bs.laws.Param("E", 0.0, 10.0, (1.0, 3.0)),
-                bs.laws.Param("A", 1e-3, 1e6, (1.0, 1e3), log_init=True),
-                bs.laws.Param("alpha", 0.0, 2.0, (0.1, 0.8)),
-                bs.laws.Param("c", 0.0, 10.0, (0.01, 1.0))),
-        fn=lambda p, x: p["E"] + p["A"] / x["N"] ** p["alpha"] + p["c"] * (x["loglr"] + 3.0) ** 2)
+    law = learning_rate_law("rec_lr")
     grid = pd.DataFrame([(n, g) for n in np.geomspace(1e6, 1e8, 5) for g in (-4.0, -3.0, -2.0)],
                         columns=["N", "loglr"])
     grid["loss"] = np.asarray(law({**TRUE, "c": 0.1}, grid))

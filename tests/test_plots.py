@@ -10,6 +10,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import learning_rate_law
 
 import bayes_scaling as bs
 from bayes_scaling import plots
@@ -133,16 +134,10 @@ def test_fan_chart_needs_its_x_column():
 
 def test_an_input_that_is_not_positive_is_drawn_on_a_linear_axis(tmp_path):
     # a log learning rate (negative) as x: a log axis drew nothing; N keeps its log axis
-    law = bs.laws.Law(
-        name="plot_lr", variables=("N", "loglr"), equation="E + A / N^a + c (loglr + 3)^2",
-        params=(bs.laws.Param("E", 0.0, 10.0, (1.0, 3.0)),
-                bs.laws.Param("A", 1e-3, 1e6, (1.0, 1e3), log_init=True),
-                bs.laws.Param("a", 0.0, 2.0, (0.1, 0.8)),
-                bs.laws.Param("c", 0.0, 10.0, (0.01, 1.0))),
-        fn=lambda p, x: p["E"] + p["A"] / x["N"] ** p["a"] + p["c"] * (x["loglr"] + 3.0) ** 2)
+    law = learning_rate_law("plot_lr")
     table = pd.DataFrame([(n, g) for n in (1e7, 1e8, 1e9) for g in (-4.0, -3.5, -3.0, -2.5, -2.0)],
                          columns=["N", "loglr"])
-    table["loss"] = np.asarray(law({"E": 1.8, "A": 400.0, "a": 0.34, "c": 0.1}, table))
+    table["loss"] = np.asarray(law({"E": 1.8, "A": 400.0, "alpha": 0.34, "c": 0.1}, table))
     fit = bs.fit_map(law, table, delta=1e-3, seed=0)
     ax = plots.fit_plot(fit, table, x="loglr", panel="N", path=tmp_path / "lr.png").axes[0]
     assert ax.get_xscale() == "linear" and ax.get_xlim()[0] < -4.0
