@@ -229,16 +229,20 @@ def _check_columns(df, variables, law, rows_needed=True) -> None:
                 )
 
 
+def log_scaled(values) -> bool:
+    """Whether an input is read in log space (distances, axes): when every value is positive (a
+    size, a token count: a scale); a proportion that may be 0 or a signed input is read as it
+    is, where a log would put every 0 at the same far end."""
+    v = np.asarray(values, dtype=float)
+    return bool(v.size) and bool(np.all(v > 0))
+
+
 def input_space(ref, x=None) -> np.ndarray:
     """``x`` (default ``ref``) in the space distances between rows are measured in: the natural log
-    when every value of the reference ``ref`` is positive (a size, a token count: a scale), the
-    values as they are otherwise (a proportion that may be 0, a signed input), where a log would
-    put every 0 at the same far end."""
+    when the reference ``ref`` is :func:`log_scaled`, the values as they are otherwise."""
     ref = np.asarray(ref, dtype=float)
     x = ref if x is None else np.asarray(x, dtype=float)
-    if ref.size and np.all(ref > 0):
-        return np.log(np.maximum(x, 1e-300))
-    return x
+    return np.log(np.maximum(x, 1e-300)) if log_scaled(ref) else x
 
 
 def target_shift_of(loss) -> float:

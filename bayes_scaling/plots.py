@@ -31,6 +31,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from .data import log_scaled
 from .errors import BayesScalingError
 
 __all__ = ["BAND_COLORS", "BAND_LEVELS", "GRID_POINTS", "RC", "band", "band_from_draws",
@@ -508,8 +509,7 @@ def _log_axis(logx, *values) -> bool:
     """``logx`` as asked; ``"auto"``: True when every value drawn along the axis is positive."""
     if logx != "auto":
         return bool(logx)
-    v = np.concatenate([np.ravel(np.asarray(a, float)) for a in values]) if values else []
-    return bool(len(v)) and bool(np.all(v > 0))
+    return log_scaled(np.concatenate([np.ravel(np.asarray(a, float)) for a in values] or [[]]))
 
 
 def _logx(ax):

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 from scipy.spatial import ConvexHull, QhullError
 
+from ..data import log_scaled
 from .predictive import idata_group
 
 __all__ = ["HULL_TOL", "FittedRange", "extrapolation", "fitted_table", "input_columns"]
@@ -60,8 +61,7 @@ class FittedRange:
         # log space for a column positive throughout the fit, its values as they are otherwise;
         # ``log`` ({column: bool}) keeps another table's choice (a part of it, as a rehearsal's
         # inner rows, is measured as the whole table is)
-        self.log = np.array([log[c] if log is not None and c in log
-                             else bool(len(v)) and bool(np.all(v > 0))
+        self.log = np.array([log[c] if log is not None and c in log else log_scaled(v)
                              for c, v in zip(self.cols, values.T)], bool)
         F = self._space(values)
         self.lo = F.min(0, initial=np.inf)

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..checks import check_traceable
-from ..data import warn_mixed_signs
+from ..data import log_scaled, warn_mixed_signs
 from ..errors import DataError, FitError, OptionError
 from ..laws import Law
 from ..laws import get as get_law
@@ -377,8 +377,7 @@ def recommend_figure(pool: pd.DataFrame, rec: pd.DataFrame, *, law, cost, target
         # signed input (a log learning rate) on a linear axis, where its points stay visible
         shown = [coords(done_rows), coords(cand), coords(target_rows, cost_known=yv is not None)]
         for axis, k in (("x", 0), ("y", 1)):
-            vals = np.concatenate([np.ravel(c[k]) for c in shown if c[k] is not None] or [[]])
-            if len(vals) and np.all(vals > 0):
+            if log_scaled(np.concatenate([np.ravel(c[k]) for c in shown if c[k] is not None])):
                 getattr(ax, f"set_{axis}scale")("log")
         ax.set_xlabel(law.column(xv))
         ax.set_ylabel(law.column(yv) if yv else "cost")

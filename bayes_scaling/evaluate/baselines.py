@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from ..data import shifted_table
+from ..data import log_scaled, shifted_table
 from ..errors import BayesScalingError, DataError, FitError
 from ..fit import MapFit, fit_map
 from ..laws import get as get_law
@@ -245,7 +245,7 @@ def auto_axis(law, train, query) -> Callable:
         tr, qu = train[col].to_numpy(float), query[col].to_numpy(float)
         if np.ptp(tr) == 0:
             continue
-        log = bool(np.all(tr > 0) and np.all(qu > 0))
+        log = log_scaled(np.concatenate([tr, qu]))
         if log:
             up, down = np.log(qu.max() / tr.max()), np.log(tr.min() / qu.min())
         else:
