@@ -355,8 +355,10 @@ def recommend_figure(pool: pd.DataFrame, rec: pd.DataFrame, *, law, cost, target
     with style():
         fig = Figure(figsize=(6.4, 4.8))
         ax = fig.add_subplot()
-        ax.scatter(*coords(done_rows), s=18, c="0.5", label=f"done ({len(done_rows)})")
-        ax.scatter(*coords(cand), s=18, facecolors="none", edgecolors="C0",
+        # every row drawn, once: done, candidates, targets (a one-input law: no target cost)
+        shown = [coords(done_rows), coords(cand), coords(target_rows, cost_known=yv is not None)]
+        ax.scatter(*shown[0], s=18, c="0.5", label=f"done ({len(done_rows)})")
+        ax.scatter(*shown[1], s=18, facecolors="none", edgecolors="C0",
                    label=f"candidates ({len(cand)})")
         if len(rec):
             hx, hy = coords(pool.loc[rec["row"]])
@@ -367,15 +369,14 @@ def recommend_figure(pool: pd.DataFrame, rec: pd.DataFrame, *, law, cost, target
                             bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none",
                                       alpha=0.8))
         if yv is not None:
-            ax.scatter(*coords(target_rows), marker="*", s=120, c="k", zorder=4,
+            ax.scatter(*shown[2], marker="*", s=120, c="k", zorder=4,
                        label=f"targets ({len(target_rows)})")
         else:
-            for k, t in enumerate(coords(target_rows, cost_known=False)[0]):
+            for k, t in enumerate(shown[2][0]):
                 ax.axvline(t, color="k", ls="--", lw=0.8,
                            label=f"targets ({len(target_rows)})" if k == 0 else None)
         # log axes for inputs positive on every row drawn; a proportion that may be 0 or a
         # signed input (a log learning rate) on a linear axis, where its points stay visible
-        shown = [coords(done_rows), coords(cand), coords(target_rows, cost_known=yv is not None)]
         for axis, k in (("x", 0), ("y", 1)):
             if log_scaled(np.concatenate([np.ravel(c[k]) for c in shown if c[k] is not None])):
                 getattr(ax, f"set_{axis}scale")("log")

@@ -251,9 +251,8 @@ def auto_axis(law, train, query) -> Callable:
         else:
             up, down = (qu.max() - tr.max()) / np.ptp(tr), (tr.min() - qu.min()) / np.ptp(tr)
         found += [(gap, log, col, sign) for gap, sign in ((up, 1.0), (down, -1.0))]
-    order = [lambda f: f[0] > 0 and f[1], lambda f: f[0] > 0, lambda f: f[1], lambda f: True]
-    pick = next((max((f for f in found if rule(f)), key=lambda f: f[0])
-                 for rule in order if any(rule(f) for f in found)), None)
+    # ranked: beyond in log units, beyond as it is, then log columns, then the farthest reach
+    pick = max(found, key=lambda f: (f[0] > 0 and f[1], f[0] > 0, f[1], f[0]), default=None)
     if pick is None:
         raise DataError(f"no input of {law.name} ({list(law.columns)}) varies in the training "
                         "table: pass axis= (a column or table -> values)")
