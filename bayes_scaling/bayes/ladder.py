@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import time
 
-from .nuts import (CONTINUE, RESUME, continue_nuts, draws_whitening, next_attempt, run_nuts)
+from .nuts import (CONTINUE, FUNNEL_RHO, NON_CENTRED, RESUME, SMALLER_STEP, continue_nuts,
+                   draws_whitening, funnel_correlation, funnel_index, next_attempt, run_nuts)
 
 
 def escalate(models, first, check, rng, seed, nuts_kw, retries, whitened_by, start,
              deadline=None, time_limit=None, stopped=None):
     """The escalation ladder: retry each run that fails its checks, at most ``retries`` times
     within the cost cap, each retry chosen by :func:`~.nuts.next_attempt` from what failed
-    (divergences: a smaller step after a longer warm-up; chains split into groups: a restart
-    from the pooled draws after a longer warm-up; R-hat or ESS: a longer run). A new run starts
+    (divergences: a smaller step after a longer warm-up, or, when the draws are a funnel in
+    ``sigma`` (:func:`~.nuts.funnel_correlation`), a longer warm-up in non-centred coordinates,
+    :func:`~.model.unwhiten`; chains split into groups: a restart from the pooled draws after a
+    longer warm-up; R-hat or ESS: a longer run). A new run starts
     at draws of the previous attempt and is whitened by their covariance
     (:func:`~.nuts.draws_whitening`); chains that nearly agree are run on instead
     (:func:`~.nuts.continue_nuts`). ``first[k]`` is mode ``k``'s first run and its seconds;
@@ -30,6 +33,7 @@ def escalate(models, first, check, rng, seed, nuts_kw, retries, whitened_by, sta
     for k, ((spec_k, data_k), (run, secs)) in enumerate(zip(models, first)):
         kw, spent = dict(nuts_kw), nuts_kw["num_warmup"] + nuts_kw["num_samples"]
         basis = whitened_by  # what the current run's coordinates are whitened by
+        funnel = None  # the index of log sigma once a retry is non-centred on it
         diag = check(spec_k, data_k, run)
         attempts.append(attempt_record(k, 1, "first", "", kw, whitened_by, start, diag, secs,
                                        spent))
@@ -37,9 +41,16 @@ def escalate(models, first, check, rng, seed, nuts_kw, retries, whitened_by, sta
             if diag["ok"]:
                 break
             action, why, new = next_attempt(diag, kw, nuts_kw, spent)
+            f = funnel_index(spec_k) if action == SMALLER_STEP and funnel is None else None
+            rho = funnel_correlation(run[0], f) if f is not None else 0.0
+            if rho > FUNNEL_RHO:  # the step a funnel's neck needs fails its mouth: non-centre
+                action, funnel = NON_CENTRED, f
+                why += (f"; the other coordinates' spread grows with sigma (rank correlation "
+                        f"{rho:.2f}): a funnel")
+                new = dict(new, target_accept=kw["target_accept"])
             go_on = action == CONTINUE
-            white = (draws_whitening(*run, C, rng) if action is not None and not go_on
-                     else None)
+            white = (draws_whitening(*run, C, rng, funnel=funnel)
+                     if action is not None and not go_on else None)
             if action is not None and not go_on and white is None:
                 why = ("the draws are not finite or their covariance is singular: they cannot "
                        "whiten a retry")
@@ -64,11 +75,13 @@ def escalate(models, first, check, rng, seed, nuts_kw, retries, whitened_by, sta
                        "and whitening kept")
                 started = "where the previous attempt's chains stopped"
             else:
-                run = run_nuts(spec_k, data_k, *white, seed=step_seed, **new)
+                run = run_nuts(spec_k, data_k, *white, seed=step_seed, funnel=funnel, **new)
                 how = (f"{new['num_warmup']} warm-up, {new['num_samples']} draws, target_accept "
-                       f"{new['target_accept']:.6g}, whitened by the previous draws")
-                basis, started = ("the previous attempt's draws",
-                                  "draws of the previous attempt")
+                       f"{new['target_accept']:.6g}, whitened by the previous draws"
+                       + (", non-centred on sigma" if funnel is not None else ""))
+                basis, started = ("the previous attempt's draws" + (
+                    ", non-centred on sigma" if funnel is not None else ""),
+                    "draws of the previous attempt")
             kw, spent = new, spent + cost
             diag = check(spec_k, data_k, run)
             attempts.append(attempt_record(k, i + 2, action, why, kw, basis, started, diag,

@@ -7,6 +7,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import numpyro
 
@@ -95,12 +96,61 @@ def log_joint_batch(spec: Spec):
         lambda s, data: spec.log_joint_s(s, data), in_axes=(0, None))))
 
 
-def log_joint_z(spec: Spec):
-    """``f(z, data, center, chol)``: the sampled density at ``s = center + chol z``, one
-    compiled program (NumPyro evaluates the model eagerly while it initialises the sampler:
-    traced op by op, its every operation would be a program of its own)."""
-    return cached("lj_z", spec, lambda: jax.jit(
-        lambda z, data, center, chol: spec.log_joint_s(center + chol @ z, data)))
+def unwhiten(z, center, chol, funnel=None):
+    """``(s, log |ds/dz| + const)``: the sampling vector of whitened coordinates ``z``.
+
+    ``funnel=None``: ``s = center + chol z`` (a constant Jacobian, returned as 0). ``funnel=i``
+    (the index of ``log sigma`` in ``s``): the same, except that every coordinate but ``i`` moves
+    from the centre in proportion to ``sigma``: with ``w = chol z`` and ``delta = w_i``,
+    ``s_i = center_i + delta`` and ``s_j = center_j + exp(delta) w_j``. This is the non-centred
+    form of a funnel (Neal 2003; Betancourt & Girolami 2015): where the data pin the parameters
+    to within a multiple of ``sigma`` (a table the law fits almost exactly), their spread shrinks
+    and grows with ``sigma`` and no one step size serves both ends, while in these coordinates
+    it does not. ``ds/dw`` is block triangular with ``exp(delta)`` on ``d - 1`` diagonal
+    entries, so ``log |ds/dz| = (d - 1) delta + log |chol|``."""
+    w = chol @ z
+    if funnel is None:
+        return center + w, 0.0
+    delta = w[funnel]
+    scale = jnp.exp(delta) * jnp.ones_like(w)
+    scale = scale.at[funnel].set(1.0)
+    return center + scale * w, (w.shape[-1] - 1) * delta
+
+
+def unwhiten_draws(z, center, chol, funnel=None):
+    """:func:`unwhiten` of many whitened vectors at once (rows of ``z``, any leading axes), in
+    NumPy; the sampling vectors only."""
+    w = np.einsum("ij,...j->...i", chol, np.asarray(z, float))
+    if funnel is None:
+        return center + w
+    delta = w[..., funnel]
+    s = center + w * np.exp(delta)[..., None]
+    s[..., funnel] = center[funnel] + delta
+    return s
+
+
+def whiten_funnel(s, center, funnel):
+    """The inverse of :func:`unwhiten`'s funnel map before ``chol``: ``w`` of sampling vectors
+    ``s`` (rows), so that ``z = chol^-1 w``."""
+    w = np.asarray(s, float) - center
+    delta = w[..., funnel]
+    out = w * np.exp(-delta)[..., None]
+    out[..., funnel] = delta
+    return out
+
+
+def log_joint_z(spec: Spec, funnel=None):
+    """``f(z, data, center, chol)``: the sampled density at ``s`` of :func:`unwhiten` (the
+    log-Jacobian of the funnel map included), one compiled program per ``funnel`` (NumPyro
+    evaluates the model eagerly while it initialises the sampler: traced op by op, its every
+    operation would be a program of its own)."""
+    def f(z, data, center, chol):
+        if funnel is None:  # the default program, as before the funnel map existed
+            return spec.log_joint_s(center + chol @ z, data)
+        s, jac = unwhiten(z, center, chol, funnel)
+        return spec.log_joint_s(s, data) + jac
+
+    return cached("lj_z" if funnel is None else ("lj_z", funnel), spec, lambda: jax.jit(f))
 
 
 def to_s_batch(spec: Spec):

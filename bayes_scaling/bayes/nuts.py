@@ -19,7 +19,7 @@ from numpyro.distributions import constraints
 
 from ..errors import BayesScalingError, ConvergenceWarning
 from .distributions import FlatPrior
-from .model import cached, log_joint_batch, log_joint_z
+from .model import cached, log_joint_batch, log_joint_z, unwhiten_draws, whiten_funnel
 from .priors import draw_prior
 from .spec import Spec
 
@@ -32,9 +32,9 @@ BFMI_MIN = 0.3
 DEPTH_HITS_ADVICE = 0.25
 
 
-def _whitened_model(spec: Spec):
+def _whitened_model(spec: Spec, funnel=None):
     d = len(spec.sampled)
-    log_joint = log_joint_z(spec)
+    log_joint = log_joint_z(spec, funnel)
 
     def model(data, center, chol):
         z = numpyro.sample("z", dist.ImproperUniform(constraints.real_vector, (), (d,)))
@@ -44,15 +44,16 @@ def _whitened_model(spec: Spec):
 
 
 def _mcmc(spec, *, num_chains, num_warmup, num_samples, chain_method, dense_mass, target_accept,
-          max_tree_depth, progress_bar, shapes=()):
+          max_tree_depth, progress_bar, shapes=(), funnel=None):
     """A NumPyro MCMC object for ``spec``, cached so later fits of the same shape reuse its
     compiled program (the data, centre and whitening matrix are jitted arguments). ``shapes``
     (the data's array shapes) is part of the key: a cached MCMC object re-run on arrays of
-    another shape fails inside NumPyro's vectorised chains."""
+    another shape fails inside NumPyro's vectorised chains; so is ``funnel``
+    (:func:`~.model.unwhiten`)."""
     from numpyro.infer import MCMC, NUTS
 
     def build():
-        kernel = NUTS(_whitened_model(spec), dense_mass=dense_mass,
+        kernel = NUTS(_whitened_model(spec, funnel), dense_mass=dense_mass,
                       target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
                       init_strategy=numpyro.infer.init_to_median)
         return MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
@@ -60,7 +61,7 @@ def _mcmc(spec, *, num_chains, num_warmup, num_samples, chain_method, dense_mass
                     progress_bar=progress_bar, jit_model_args=True)
 
     key = ("mcmc", num_chains, num_warmup, num_samples, chain_method, dense_mass, target_accept,
-           max_tree_depth, progress_bar, shapes)
+           max_tree_depth, progress_bar, shapes) + ((funnel,) if funnel is not None else ())
     return cached(key, spec, build)
 
 
@@ -97,13 +98,15 @@ def _vectorized(run_chain):
 RESUME = "resume"
 
 
-def run_nuts(spec, data, center, chol, init_z, *, seed, resume=None, **kw):
+def run_nuts(spec, data, center, chol, init_z, *, seed, resume=None, funnel=None, **kw):
     """NUTS chains in the whitened coordinates ``z = chol^-1 (s - center)`` from ``init_z`` (one
     row per chain): ``(s, extra)``, the draws ``(chains, draws, d)`` in the sampling coordinates
     and the sample stats, ``extra[RESUME]`` holding what :func:`continue_nuts` needs. With
-    ``resume`` (a NumPyro state after warm-up), the chains start from it and skip the warm-up."""
+    ``resume`` (a NumPyro state after warm-up), the chains start from it and skip the warm-up.
+    ``funnel``: the index of ``log sigma``, whose value scales the other coordinates' distance
+    from the centre (:func:`~.model.unwhiten`; the ladder's non-centred retry)."""
     shapes = tuple(np.shape(a) for a in jax.tree_util.tree_leaves(data))
-    mcmc = _mcmc(spec, shapes=shapes, **kw)
+    mcmc = _mcmc(spec, shapes=shapes, funnel=funnel, **kw)
     mcmc._warmup_state = resume  # None: a cached object must warm up again on new data
     init_z = jnp.asarray(init_z)
     if kw["num_chains"] == 1:  # NumPyro takes one chain's start without the chain axis
@@ -117,8 +120,8 @@ def run_nuts(spec, data, center, chol, init_z, *, seed, resume=None, **kw):
         mcmc._warmup_state = None
     z = np.asarray(mcmc.get_samples(group_by_chain=True)["z"])  # (chains, draws, d)
     extra = {k: np.asarray(v) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()}
-    s = center + np.einsum("ij,cdj->cdi", chol, z)
-    extra[RESUME] = (np.asarray(center), np.asarray(chol), mcmc.last_state)
+    s = unwhiten_draws(z, np.asarray(center, float), np.asarray(chol, float), funnel)
+    extra[RESUME] = (np.asarray(center), np.asarray(chol), mcmc.last_state, funnel)
     return s, extra
 
 
@@ -128,10 +131,11 @@ def continue_nuts(spec, data, run, more, *, seed, **kw):
     followed by the new ones, shaped as one run of the longer length (what running the chains
     longer in the first place would have given)."""
     s0, extra0 = run
-    center, chol, state = extra0[RESUME]
+    center, chol, state, funnel = extra0[RESUME]
     z_last = np.asarray(state.z["z"])
     s1, extra1 = run_nuts(spec, data, center, chol, z_last.reshape(kw["num_chains"], -1),
-                          seed=seed, resume=state, **dict(kw, num_samples=int(more)))
+                          seed=seed, resume=state, funnel=funnel,
+                          **dict(kw, num_samples=int(more)))
     extra = {k: np.concatenate([extra0[k], v], 1) for k, v in extra1.items() if k != RESUME}
     extra[RESUME] = extra1[RESUME]
     return np.concatenate([s0, s1], 1), extra
@@ -333,6 +337,10 @@ LADDER_MAX_DRAWS_STEP = 4
 # chains that nearly agree need draws, not a new adaptation
 LADDER_CONTINUE_RHAT = 1.05
 CONTINUE = "the same chains run on"
+SMALLER_STEP = "smaller step"
+#: a funnel's retry (divergences or a low BFMI, and draws whose spread grows with sigma): the
+#: coordinates of :func:`~.model.unwhiten` with ``funnel``, the step size target kept
+NON_CENTRED = "non-centred on sigma"
 
 
 def next_attempt(diag, kw, first, spent):
@@ -353,7 +361,7 @@ def next_attempt(diag, kw, first, spent):
         why = (f"{diag['divergences']} divergent transitions" if diag["divergences"] else
                f"BFMI {diag['min_bfmi']:.2f} < {BFMI_MIN}")
         new.update(target_accept=1.0 - (1.0 - t) / 4, num_warmup=min(2 * W, W_max))
-        action = "smaller step"
+        action = SMALLER_STEP
     elif split:
         why = f"the chains split into {len(diag['chain_groups'])} groups with different means"
         new.update(num_warmup=min(2 * W, W_max))
@@ -396,16 +404,18 @@ def next_attempt(diag, kw, first, spent):
     return action, why, new
 
 
-def draws_whitening(s, extra, num_chains, rng):
+def draws_whitening(s, extra, num_chains, rng, funnel=None):
     """``(center, chol, z0)``: the mean and a Cholesky factor of the covariance of draws ``s``
     (chains, draws, dims), and ``num_chains`` starts drawn from them (divergent transitions left
     out), in the whitened coordinates ``z = chol^-1 (s - center)``; ``None`` when the draws are
-    not finite or their covariance is singular."""
+    not finite or their covariance is singular. With ``funnel`` (the index of ``log sigma``), the
+    covariance is that of the draws in the non-centred form of :func:`~.model.unwhiten`."""
     x = s.reshape(-1, s.shape[-1])
     if not np.all(np.isfinite(x)):  # a chain left the support: nothing to whiten by
         return None
     center = x.mean(0)
-    cov = np.atleast_2d(np.cov(x, rowvar=False))
+    w = x - center if funnel is None else whiten_funnel(x, center, funnel)
+    cov = np.atleast_2d(np.cov(w, rowvar=False))
     cov = 0.5 * (cov + cov.T) + 1e-10 * np.trace(cov) / len(center) * np.eye(len(center))
     try:
         chol = np.linalg.cholesky(cov)
@@ -416,8 +426,40 @@ def draws_whitening(s, extra, num_chains, rng):
     ok = np.flatnonzero(~np.asarray(extra["diverging"], bool).reshape(-1))
     pool = ok if len(ok) >= num_chains else np.arange(len(x))
     pick = rng.choice(pool, num_chains, replace=False)
-    z0 = np.linalg.solve(chol, (x[pick] - center).T).T
+    z0 = np.linalg.solve(chol, w[pick].T).T
     return center, chol, z0
+
+
+#: the rank correlation between ``log sigma`` and the other coordinates' whitened distance from
+#: their mean above which a failed run's draws are a funnel (:func:`funnel_correlation`)
+FUNNEL_RHO = 0.5
+
+
+def funnel_index(spec) -> int | None:
+    """The index of ``log sigma`` among ``spec``'s sampled coordinates (None: the scale is fixed,
+    or nothing else is sampled)."""
+    names = [p.name for p in spec.sampled]
+    return names.index("sigma") if "sigma" in names and len(names) > 1 else None
+
+
+def funnel_correlation(s, funnel) -> float:
+    """Rank correlation of ``log sigma`` (coordinate ``funnel`` of draws ``s``) with the log of
+    the other coordinates' Mahalanobis distance from their mean. Where the data pin the
+    parameters to within a multiple of ``sigma`` (a table the law fits almost exactly), that
+    distance grows with ``sigma``: for a funnel the correlation is near 1, for draws whose spread
+    does not depend on ``sigma`` near 0."""
+    x = s.reshape(-1, s.shape[-1])
+    if len(x) < 10 or not np.all(np.isfinite(x)):
+        return 0.0
+    rest = np.delete(x, funnel, axis=1)
+    dev = rest - rest.mean(0)
+    cov = np.atleast_2d(np.cov(dev, rowvar=False))
+    cov = cov + 1e-12 * np.trace(cov) / len(cov) * np.eye(len(cov))
+    dist = np.einsum("ij,ij->i", dev, np.linalg.solve(cov, dev.T).T)
+    a = np.argsort(np.argsort(x[:, funnel]))
+    b = np.argsort(np.argsort(np.log(np.maximum(dist, 1e-300))))
+    r = np.corrcoef(a, b)[0, 1]
+    return float(r) if np.isfinite(r) else 0.0
 
 
 def failing_params(diag) -> list[str]:
