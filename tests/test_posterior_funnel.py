@@ -101,3 +101,18 @@ def test_a_table_on_the_law_s_exact_curve_converges_through_the_non_centred_retr
         assert lo < v < hi, (name, lo, hi)
     # the spread of E is that of a table pinned to far below a percent
     assert float(np.asarray(q["E"]).std()) < 0.05
+
+
+def test_a_table_fitted_to_the_rounding_of_float64_is_refused_before_sampling_with_the_fix():
+    # 15 rows on the exact curve: the MAP's sigma is ~1e-15, where the density is rounding noise
+    # (sampled anyway: 4 attempts, R-hat 3-5, every iteration at the maximum tree depth)
+    N = np.geomspace(1e7, 1e9, 15)
+    df = pd.DataFrame({"N": N, "loss": TRUE["E"] + TRUE["A"] * N ** -TRUE["a"]})
+    with pytest.raises(bs.BayesScalingError) as e:
+        bs.fit_posterior(EXACT, df, seed=0, progress_bar=False)
+    msg = str(e.value)
+    assert "fits these 15 rows exactly" in msg and "scale=0.001" in msg and "sigma" in msg
+    # the same rows with the noise stated: the scale is not learnt, and nothing is refused
+    from bayes_scaling.bayes.api import _check_noise
+    _check_noise(EXACT, {"sigma": 1e-15}, 0.001, 15)
+    _check_noise(EXACT, {"sigma": 1e-6}, None, 5)  # a funnel the ladder samples
