@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 import bayes_scaling as bs
-from bayes_scaling.bayes import nuts
+from bayes_scaling.bayes import ladder, nuts
 from bayes_scaling.bayes.model import unwhiten, unwhiten_draws, whiten_funnel
 from bayes_scaling.laws import Law, Param
 
@@ -57,9 +57,9 @@ def test_the_funnel_map_its_inverse_and_its_log_jacobian():
 
 def test_the_funnel_statistic_tells_a_funnel_from_a_gaussian():
     funnel = _neal(4000)
-    assert nuts.funnel_correlation(funnel, 0) > 0.9
+    assert ladder.funnel_correlation(funnel, 0) > 0.9
     gauss = np.random.default_rng(2).standard_normal((4000, 4))
-    assert abs(nuts.funnel_correlation(gauss, 0)) < 0.1
+    assert abs(ladder.funnel_correlation(gauss, 0)) < 0.1
 
 
 def test_funnel_draws_whiten_to_a_white_non_centred_form():
@@ -93,7 +93,7 @@ def test_a_table_on_the_law_s_exact_curve_converges_through_the_non_centred_retr
     d = post.diagnostics
     assert post.ok and d["divergences"] == 0 and d["max_rhat"] <= 1.01
     actions = [a["action"] for a in d["attempts"]]
-    assert actions[0] == "first" and nuts.NON_CENTRED in actions
+    assert actions[0] == "first" and ladder.NON_CENTRED in actions
     assert "non-centred on sigma" in d["attempts"][-1]["settings"]["whitened_by"]
     q = post.idata.posterior
     for name, v in TRUE.items():

@@ -4,8 +4,45 @@ from __future__ import annotations
 
 import time
 
-from .nuts import (CONTINUE, FUNNEL_RHO, NON_CENTRED, RESUME, SMALLER_STEP, continue_nuts,
-                   draws_whitening, funnel_correlation, funnel_index, next_attempt, run_nuts)
+import numpy as np
+
+from .nuts import (CONTINUE, RESUME, SMALLER_STEP, continue_nuts, draws_whitening, next_attempt,
+                   run_nuts)
+
+#: a funnel's retry (divergences or a low BFMI, and draws whose spread grows with sigma): the
+#: coordinates of :func:`~.model.unwhiten` with ``funnel``, the step size target kept
+NON_CENTRED = "non-centred on sigma"
+
+#: the rank correlation between ``log sigma`` and the other coordinates' whitened distance from
+#: their mean above which a failed run's draws are a funnel (:func:`funnel_correlation`)
+FUNNEL_RHO = 0.5
+
+
+def funnel_index(spec) -> int | None:
+    """The index of ``log sigma`` among ``spec``'s sampled coordinates (None: the scale is fixed,
+    or nothing else is sampled)."""
+    names = [p.name for p in spec.sampled]
+    return names.index("sigma") if "sigma" in names and len(names) > 1 else None
+
+
+def funnel_correlation(s, funnel) -> float:
+    """Rank correlation of ``log sigma`` (coordinate ``funnel`` of draws ``s``) with the log of
+    the other coordinates' Mahalanobis distance from their mean. Where the data pin the
+    parameters to within a multiple of ``sigma`` (a table the law fits almost exactly), that
+    distance grows with ``sigma``: for a funnel the correlation is near 1, for draws whose spread
+    does not depend on ``sigma`` near 0."""
+    x = s.reshape(-1, s.shape[-1])
+    if len(x) < 10 or not np.all(np.isfinite(x)):
+        return 0.0
+    rest = np.delete(x, funnel, axis=1)
+    dev = rest - rest.mean(0)
+    cov = np.atleast_2d(np.cov(dev, rowvar=False))
+    cov = cov + 1e-12 * np.trace(cov) / len(cov) * np.eye(len(cov))
+    dist = np.einsum("ij,ij->i", dev, np.linalg.solve(cov, dev.T).T)
+    a = np.argsort(np.argsort(x[:, funnel]))
+    b = np.argsort(np.argsort(np.log(np.maximum(dist, 1e-300))))
+    r = np.corrcoef(a, b)[0, 1]
+    return float(r) if np.isfinite(r) else 0.0
 
 
 def escalate(models, first, check, rng, seed, nuts_kw, retries, whitened_by, start,
@@ -13,7 +50,7 @@ def escalate(models, first, check, rng, seed, nuts_kw, retries, whitened_by, sta
     """The escalation ladder: retry each run that fails its checks, at most ``retries`` times
     within the cost cap, each retry chosen by :func:`~.nuts.next_attempt` from what failed
     (divergences: a smaller step after a longer warm-up, or, when the draws are a funnel in
-    ``sigma`` (:func:`~.nuts.funnel_correlation`), a longer warm-up in non-centred coordinates,
+    ``sigma`` (:func:`funnel_correlation`), a longer warm-up in non-centred coordinates,
     :func:`~.model.unwhiten`; chains split into groups: a restart from the pooled draws after a
     longer warm-up; R-hat or ESS: a longer run). A new run starts
     at draws of the previous attempt and is whitened by their covariance

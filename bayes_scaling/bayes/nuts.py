@@ -338,9 +338,6 @@ LADDER_MAX_DRAWS_STEP = 4
 LADDER_CONTINUE_RHAT = 1.05
 CONTINUE = "the same chains run on"
 SMALLER_STEP = "smaller step"
-#: a funnel's retry (divergences or a low BFMI, and draws whose spread grows with sigma): the
-#: coordinates of :func:`~.model.unwhiten` with ``funnel``, the step size target kept
-NON_CENTRED = "non-centred on sigma"
 
 
 def next_attempt(diag, kw, first, spent):
@@ -428,38 +425,6 @@ def draws_whitening(s, extra, num_chains, rng, funnel=None):
     pick = rng.choice(pool, num_chains, replace=False)
     z0 = np.linalg.solve(chol, w[pick].T).T
     return center, chol, z0
-
-
-#: the rank correlation between ``log sigma`` and the other coordinates' whitened distance from
-#: their mean above which a failed run's draws are a funnel (:func:`funnel_correlation`)
-FUNNEL_RHO = 0.5
-
-
-def funnel_index(spec) -> int | None:
-    """The index of ``log sigma`` among ``spec``'s sampled coordinates (None: the scale is fixed,
-    or nothing else is sampled)."""
-    names = [p.name for p in spec.sampled]
-    return names.index("sigma") if "sigma" in names and len(names) > 1 else None
-
-
-def funnel_correlation(s, funnel) -> float:
-    """Rank correlation of ``log sigma`` (coordinate ``funnel`` of draws ``s``) with the log of
-    the other coordinates' Mahalanobis distance from their mean. Where the data pin the
-    parameters to within a multiple of ``sigma`` (a table the law fits almost exactly), that
-    distance grows with ``sigma``: for a funnel the correlation is near 1, for draws whose spread
-    does not depend on ``sigma`` near 0."""
-    x = s.reshape(-1, s.shape[-1])
-    if len(x) < 10 or not np.all(np.isfinite(x)):
-        return 0.0
-    rest = np.delete(x, funnel, axis=1)
-    dev = rest - rest.mean(0)
-    cov = np.atleast_2d(np.cov(dev, rowvar=False))
-    cov = cov + 1e-12 * np.trace(cov) / len(cov) * np.eye(len(cov))
-    dist = np.einsum("ij,ij->i", dev, np.linalg.solve(cov, dev.T).T)
-    a = np.argsort(np.argsort(x[:, funnel]))
-    b = np.argsort(np.argsort(np.log(np.maximum(dist, 1e-300))))
-    r = np.corrcoef(a, b)[0, 1]
-    return float(r) if np.isfinite(r) else 0.0
 
 
 def failing_params(diag) -> list[str]:
