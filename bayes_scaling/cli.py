@@ -38,8 +38,8 @@ from .cli_commands import (
     cmd_posterior,
     step,
 )
-from .cli_input import (import_law_modules, nonnegative_int, positive_int, positive_seconds,
-                        probability)
+from .cli_input import (import_law_modules, nonnegative_int, positive_int, positive_number,
+                        positive_seconds, probability)
 from .cli_runs import add_compare_parser, add_design_parser, cmd_analyses, cmd_train
 from .errors import BayesScalingError, LawError
 
@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="nuts: MCMC (default); laplace: Gaussian at the mode, fast, approximate")
     s.add_argument("--likelihood", choices=["huber", "student_t", "normal"], default="huber",
                    help="noise model of the log residuals (default huber)")
+    s.add_argument("--scale", type=positive_number, metavar="SIGMA",
+                   help="fix the likelihood's scale of the log residuals (e.g. 0.001: 0.1%%) "
+                        "instead of learning it; for a table with no noise to learn it from")
     s.add_argument("--chains", type=positive_int, default=4,
                    help="NUTS chains, run in parallel, one per CPU device (default 4)")
     s.add_argument("--warmup", type=nonnegative_int, default=1000,

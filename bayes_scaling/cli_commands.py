@@ -216,6 +216,7 @@ def cmd_posterior(args) -> None:
                              num_chains=args.chains, num_warmup=args.warmup,
                              num_samples=args.samples, seed=args.seed,
                              time_limit=args.time_limit, target_shift=args.target_shift,
+                             scale=args.scale,
                              progress_bar=sys.stderr.isatty())  # no bar lines in a log
     if not post.ok:
         if not args.allow_unconverged:

@@ -136,15 +136,18 @@ def int_at_least(text: str, least: int) -> int:
     return v
 
 
-def positive_seconds(text: str) -> float:
+def positive_number(text: str, what: str = "a number") -> float:
     try:
         v = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}") \
-            from None
+        raise argparse.ArgumentTypeError(f"expected {what} > 0, got {text!r}") from None
     if not v > 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be {what} > 0, got {text!r}")
     return v
+
+
+def positive_seconds(text: str) -> float:
+    return positive_number(text, "a number of seconds")
 
 
 def probability(text: str) -> float:

@@ -199,3 +199,23 @@ def test_demo_prints_the_forecast_its_decomposition_and_writes_the_fan_chart(tmp
     assert abs(sum(shares) - 100) <= 2
     assert fig.exists() and fig.stat().st_size > 10_000
     assert str(fig) in out
+
+
+def test_posterior_of_a_table_without_noise_names_scale_and_runs_with_it(tmp_path, capsys):
+    N = np.repeat([70e6, 160e6, 410e6, 1e9, 2.8e9], 3)
+    D = N * np.tile([20.0, 40.0, 80.0], 5)
+    pd.DataFrame({"N": N, "D": D, "loss": 1.69 + 406.4 / N**0.34 + 410.7 / D**0.28}).to_csv(
+        tmp_path / "exact.csv", index=False)
+    base = ["posterior", "--law", "chinchilla", str(tmp_path / "exact.csv"), "--method",
+            "laplace", "--out", str(tmp_path / "p.nc")]
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert "fits these 15 rows exactly" in err and "--scale 0.001" in err
+    assert not (tmp_path / "p.nc").exists()
+    assert main([*base, "--scale", "0.001"]) == 0
+    import bayes_scaling as bs
+    post = bs.load_posterior(tmp_path / "p.nc")
+    assert post.settings["scale"] == 0.001 and "sigma" not in post.settings["free"]
+    assert float(np.asarray(post.idata.posterior["alpha"]).mean()) == pytest.approx(0.34, abs=0.02)
+    assert main([*base, "--scale", "-1"]) == 2
+    assert "must be a number > 0" in capsys.readouterr().err

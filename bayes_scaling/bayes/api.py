@@ -342,7 +342,7 @@ def _check_noise(law, theta_map, scale, n_rows):
     """Refuse, before any sampling, a table the law fits to the rounding of float64 (a table
     simulated without noise, or no more rows than parameters): ``sigma``'s posterior is then its
     prior pushed down to where the density is rounding noise, and no sampler moves there (15 rows
-    on Chinchilla's exact surface: 4 attempts, 358 s, R-hat 3-5). With a few rows it stays
+    on Chinchilla's exact surface: 4 attempts, 358 s, max R-hat 3.6-5.6). With a few rows it stays
     above the floor and the ladder's non-centred retry samples it."""
     if scale is not None or theta_map.get("sigma") is None:
         return
@@ -355,8 +355,8 @@ def _check_noise(law, theta_map, scale, n_rows):
         f"sigma's posterior is its prior pushed below {SIGMA_FLOOR:g}, where no sampler can "
         f"move. Is the table simulated without noise, or has it no more rows than the law has "
         f"parameters ({len(law.params)})? Fix the likelihood's scale to the noise you expect "
-        f"(e.g. fit_posterior(..., scale=0.001): log residuals of 0.1%), or add noise to the "
-        f"table")
+        f"(e.g. fit_posterior(..., scale=0.001), on the command line --scale 0.001: log "
+        f"residuals of 0.1%), or add noise to the table")
 
 
 def _sides(spec, data, vdf, modes, kw):
