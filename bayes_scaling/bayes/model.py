@@ -96,8 +96,9 @@ def log_joint_batch(spec: Spec):
         lambda s, data: spec.log_joint_s(s, data), in_axes=(0, None))))
 
 
-def unwhiten(z, center, chol, funnel=None):
-    """``(s, log |ds/dz| + const)``: the sampling vector of whitened coordinates ``z``.
+def unwhiten(z, center, chol, funnel=None, xp=jnp):
+    """``(s, log |ds/dz| + const)``: the sampling vectors of whitened coordinates ``z`` (one per
+    row; ``xp`` the array library, ``jnp`` or ``np``).
 
     ``funnel=None``: ``s = center + chol z`` (a constant Jacobian, returned as 0). ``funnel=i``
     (the index of ``log sigma`` in ``s``): the same, except that every coordinate but ``i`` moves
@@ -108,35 +109,20 @@ def unwhiten(z, center, chol, funnel=None):
     and grows with ``sigma`` and no one step size serves both ends, while in these coordinates
     it does not. ``ds/dw`` is block triangular with ``exp(delta)`` on ``d - 1`` diagonal
     entries, so ``log |ds/dz| = (d - 1) delta + log |chol|``."""
-    w = chol @ z
+    w = xp.einsum("ij,...j->...i", chol, z)
     if funnel is None:
         return center + w, 0.0
-    delta = w[funnel]
-    scale = jnp.exp(delta) * jnp.ones_like(w)
-    scale = scale.at[funnel].set(1.0)
-    return center + scale * w, (w.shape[-1] - 1) * delta
-
-
-def unwhiten_draws(z, center, chol, funnel=None):
-    """:func:`unwhiten` of many whitened vectors at once (rows of ``z``, any leading axes), in
-    NumPy; the sampling vectors only."""
-    w = np.einsum("ij,...j->...i", chol, np.asarray(z, float))
-    if funnel is None:
-        return center + w
     delta = w[..., funnel]
-    s = center + w * np.exp(delta)[..., None]
-    s[..., funnel] = center[funnel] + delta
-    return s
+    others = xp.arange(w.shape[-1]) != funnel
+    return center + w * xp.exp(delta[..., None] * others), (w.shape[-1] - 1) * delta
 
 
 def whiten_funnel(s, center, funnel):
-    """The inverse of :func:`unwhiten`'s funnel map before ``chol``: ``w`` of sampling vectors
-    ``s`` (rows), so that ``z = chol^-1 w``."""
+    """The inverse of :func:`unwhiten`'s funnel map before ``chol`` (NumPy): ``w`` of sampling
+    vectors ``s`` (rows), so that ``z = chol^-1 w``."""
     w = np.asarray(s, float) - center
-    delta = w[..., funnel]
-    out = w * np.exp(-delta)[..., None]
-    out[..., funnel] = delta
-    return out
+    others = np.arange(w.shape[-1]) != funnel
+    return w * np.exp(-w[..., funnel][..., None] * others)
 
 
 def log_joint_z(spec: Spec, funnel=None):

@@ -19,7 +19,7 @@ from numpyro.distributions import constraints
 
 from ..errors import BayesScalingError, ConvergenceWarning
 from .distributions import FlatPrior
-from .model import cached, log_joint_batch, log_joint_z, unwhiten_draws, whiten_funnel
+from .model import cached, log_joint_batch, log_joint_z, unwhiten, whiten_funnel
 from .priors import draw_prior
 from .spec import Spec
 
@@ -120,7 +120,7 @@ def run_nuts(spec, data, center, chol, init_z, *, seed, resume=None, funnel=None
         mcmc._warmup_state = None
     z = np.asarray(mcmc.get_samples(group_by_chain=True)["z"])  # (chains, draws, d)
     extra = {k: np.asarray(v) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()}
-    s = unwhiten_draws(z, np.asarray(center, float), np.asarray(chol, float), funnel)
+    s = unwhiten(z, np.asarray(center, float), np.asarray(chol, float), funnel, np)[0]
     extra[RESUME] = (np.asarray(center), np.asarray(chol), mcmc.last_state, funnel)
     return s, extra
 
