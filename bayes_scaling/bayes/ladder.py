@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from scipy.stats import spearmanr
 
 from .nuts import (CONTINUE, RESUME, SMALLER_STEP, continue_nuts, draws_whitening, next_attempt,
                    run_nuts)
@@ -39,9 +40,7 @@ def funnel_correlation(s, funnel) -> float:
     cov = np.atleast_2d(np.cov(dev, rowvar=False))
     cov = cov + 1e-12 * np.trace(cov) / len(cov) * np.eye(len(cov))
     dist = np.einsum("ij,ij->i", dev, np.linalg.solve(cov, dev.T).T)
-    a = np.argsort(np.argsort(x[:, funnel]))
-    b = np.argsort(np.argsort(np.log(np.maximum(dist, 1e-300))))
-    r = np.corrcoef(a, b)[0, 1]
+    r = spearmanr(x[:, funnel], dist).statistic  # ranks: the log of dist is implied
     return float(r) if np.isfinite(r) else 0.0
 
 
@@ -113,12 +112,11 @@ def escalate(models, first, check, rng, seed, nuts_kw, retries, whitened_by, sta
                 started = "where the previous attempt's chains stopped"
             else:
                 run = run_nuts(spec_k, data_k, *white, seed=step_seed, funnel=funnel, **new)
+                tag = "" if funnel is None else ", non-centred on sigma"
                 how = (f"{new['num_warmup']} warm-up, {new['num_samples']} draws, target_accept "
-                       f"{new['target_accept']:.6g}, whitened by the previous draws"
-                       + (", non-centred on sigma" if funnel is not None else ""))
-                basis, started = ("the previous attempt's draws" + (
-                    ", non-centred on sigma" if funnel is not None else ""),
-                    "draws of the previous attempt")
+                       f"{new['target_accept']:.6g}, whitened by the previous draws{tag}")
+                basis, started = ("the previous attempt's draws" + tag,
+                                  "draws of the previous attempt")
             kw, spent = new, spent + cost
             diag = check(spec_k, data_k, run)
             attempts.append(attempt_record(k, i + 2, action, why, kw, basis, started, diag,
