@@ -87,7 +87,8 @@ VARIANTS = {"bayes-rehearsal": ("bayes", {"rehearsal": 128, "rules": RULES3}),
             "bayes-rehearsal-2rules": ("bayes", {"rehearsal": 128}),
             "bayes-3rules": ("bayes", {"rules": RULES3}),
             "bayes-plain": ("bayes", {"rehearsal": 0}),
-            "bayes-starts64": ("bayes", {"refit_starts": 64})}
+            "bayes-starts64": ("bayes", {"refit_starts": 64}),
+            "bayes-sim8": ("bayes", {"simulate": 8})}
 
 
 def resolve(label):
@@ -647,7 +648,7 @@ def main(argv=None, compile_cache=None):
 
         if a.scorers_run:
             peer.run_scorers(a.methods.split(","), parse_seeds(a.seeds), a.tasks.split(","),
-                             a.data_dir, a.laws.split(",") if a.laws else None)
+                             a.data_dir, a.laws.split(",") if a.laws else None, resolve=resolve)
         if a.rescore_peer:
             peer.rescore_peer(a.data_dir)
         if a.compare_peer:

@@ -48,10 +48,11 @@ PEER_NAMES = {"random": "random", "cheapest": "greedy_cheapest", "cost_random": 
 
 def scorer_job(args):
     """One (task, law, method, seed) under both scorers and the benchmark's conventions."""
-    task_name, law_id, method, seed, data_dir = args
+    task_name, law_id, method, seed, data_dir = args[:5]
+    base, options = args[5] if len(args) > 5 else (method, {})
     task = bs.design.scalebench_task(task_name, law_id, data_dir=data_dir)
     t0 = time.process_time()
-    res = bs.design.run(task, method, seeds=[seed], **PROTOCOL)
+    res = bs.design.run(task, base, seeds=[seed], **PROTOCOL, **options)
     res["cpu_seconds"] = time.process_time() - t0
     res.insert(0, "method", method)
     res.insert(0, "law", law_id)
@@ -59,13 +60,15 @@ def scorer_job(args):
     return res.drop(columns=["r2_protocol", "r2_posterior", "coverage90"])
 
 
-def run_scorers(methods, seeds, tasks, data_dir=None, laws=None, executor=None):
+def run_scorers(methods, seeds, tasks, data_dir=None, laws=None, executor=None, resolve=None):
     """Run the jobs not yet in :data:`SCORERS_CSV`, seed-major (a partial run covers every
-    method on the first seeds), appending each finished job."""
+    method on the first seeds), appending each finished job. ``resolve(label) -> (method,
+    options)`` reads a variant label (the rows keep the label)."""
     done = set()
     if SCORERS_CSV.exists():
         done = set(map(tuple, pd.read_csv(SCORERS_CSV)[KEY].astype(str).to_numpy()))
-    todo = [(t, law, m, s, data_dir) for t in tasks for s in seeds for m in methods
+    resolve = resolve or (lambda label: (label, {}))
+    todo = [(t, law, m, s, data_dir, resolve(m)) for t in tasks for s in seeds for m in methods
             for law in bs.scalebench.task_laws(t)
             if (t, law, m, str(s)) not in done and (laws is None or law in laws)]
     print(f"{len(todo)} jobs to run ({len(done)} done)", flush=True)
