@@ -306,25 +306,10 @@ def mspe_report(ours):
                     lines.append(f"| {SHORT[task]} | {int(b * 100)}% | " + " | ".join(cells)
                                  + " |")
         lines.append("")
-    lines += ["## `bayes` against `mspe`, paired (same task, law, seed, scorer)", "",
-              "Mean of `bayes - mspe` over the (law, seed) pairs both ran ± its standard error",
-              "(over the pairs); both scorers.", "",
-              "| task | budget | pairs | bayes (benchmark) | mspe (benchmark) | diff | "
-              "bayes (compiled) | mspe (compiled) | diff |", "|---|---|---|---|---|---|---|---|---|"]
-    if len(ours):
-        b_ = ours[ours.method == "bayes"]
-        m_ = ours[ours.method == "mspe"]
-        both = b_.merge(m_, on=["task", "law", "seed", "budget"], suffixes=("_b", "_m"))
-        for (task, bud), sub in both.groupby(["task", "budget"]):
-            cells = []
-            for s in ("benchmark", "compiled"):
-                d = sub[f"r2_{s}_b"] - sub[f"r2_{s}_m"]
-                se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else np.nan
-                cells += [f"{sub[f'r2_{s}_b'].mean():.2f}", f"{sub[f'r2_{s}_m'].mean():.2f}",
-                          f"{d.mean():+.2f} ± {se:.2f}"]
-            lines.append(f"| {SHORT[task]} | {int(bud * 100)}% | {len(sub)} | "
-                         + " | ".join(cells) + " |")
-        lines += [""] + goal_cells(ours, both)
+    labels = ["bayes"] + sorted(m for m in set(ours.method) if m.startswith("bayes-")) \
+        if len(ours) else ["bayes"]
+    for label in labels:
+        lines += paired_section(ours, label)
     lines += [""]
     if len(resc) and "peer_seconds" in resc:
         rt = resc.drop_duplicates(KEY).groupby(["task", "method"]).peer_seconds.agg(
@@ -339,18 +324,43 @@ def mspe_report(ours):
     print("\n".join(lines))
 
 
-def goal_cells(ours, both) -> list[str]:
+def paired_section(ours, label: str = "bayes") -> list[str]:
+    """``label`` (``bayes`` or one of its variants) against ``mspe`` on the (task, law, seed,
+    budget) both ran, under both scorers, and the goal cell by cell."""
+    lines = [f"## `{label}` against `mspe`, paired (same task, law, seed, scorer)", "",
+             f"Mean of `{label} - mspe` over the (law, seed) pairs both ran ± its standard error",
+             "(over the pairs); both scorers.", "",
+             f"| task | budget | pairs | {label} (benchmark) | mspe (benchmark) | diff | "
+             f"{label} (compiled) | mspe (compiled) | diff |", "|---|---|---|---|---|---|---|---|---|"]
+    if not len(ours):
+        return lines
+    b_ = ours[ours.method == label]
+    m_ = ours[ours.method == "mspe"]
+    both = b_.merge(m_, on=["task", "law", "seed", "budget"], suffixes=("_b", "_m"))
+    for (task, bud), sub in both.groupby(["task", "budget"]):
+        cells = []
+        for s in ("benchmark", "compiled"):
+            d = sub[f"r2_{s}_b"] - sub[f"r2_{s}_m"]
+            se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else np.nan
+            cells += [f"{sub[f'r2_{s}_b'].mean():.2f}", f"{sub[f'r2_{s}_m'].mean():.2f}",
+                      f"{d.mean():+.2f} ± {se:.2f}"]
+        lines.append(f"| {SHORT[task]} | {int(bud * 100)}% | {len(sub)} | "
+                     + " | ".join(cells) + " |")
+    return lines + [""] + goal_cells(ours, both, label)
+
+
+def goal_cells(ours, both, label: str = "bayes") -> list[str]:
     """Issue 30's goal, cell by cell and scorer by scorer: a (task, budget) cell is open when
     ``mspe``'s mean is below 0.97 and better purchases exist there (the mean over laws of the
     best score any purchase in ``scorers.csv`` reached on the law at that budget, whatever the
     method and seed, is above ``mspe``'s mean); ``bayes - mspe`` must then be at least +0.02,
     elsewhere at least -0.01."""
-    lines = ["### The goal, cell by cell", "",
+    lines = [f"### The goal, cell by cell: `{label}`", "",
              "Open: `mspe` below 0.97 and, on the mean over laws, some purchase at that budget "
              "(any method, any seed in `scorers.csv`) scoring above `mspe`'s mean (`best`); "
-             "`bayes - mspe` must then be >= +0.02, elsewhere >= -0.01, by its paired mean; "
+             f"`{label} - mspe` must then be >= +0.02, elsewhere >= -0.01, by its paired mean; "
              "`within 2 se`: a mean short of it by less than two standard errors.", "",
-             "| task | budget | scorer | mspe | best | open | bayes - mspe | goal |",
+             f"| task | budget | scorer | mspe | best | open | {label} - mspe | goal |",
              "|---|---|---|---|---|---|---|---|"]
     for (task, bud), sub in both.groupby(["task", "budget"]):
         for s in ("benchmark", "compiled"):
