@@ -311,56 +311,27 @@ class Bayes(_ModelBased):
 
     def simulated(self, state, post, aff, plans) -> list:
         """The plan (as in :meth:`rehearse`) whose purchase gives the protocol's refit the lowest
-        target error in ``simulate`` worlds drawn from the posterior (docs/design.md, "Plans
-        judged in simulated worlds").
-
-        In world ``m`` the truth is the law at a draw ``theta_m`` of the Laplace mixture plus a
-        draw ``delta_m`` of the discrepancy GP over the runs bought, the plans' runs and the
-        targets; runs are observed with the noise ``sigma^2``; the law is refitted to the runs
-        bought plus the plan's from ``protocol_starts`` uniform starts (the best SSE kept, as the
-        protocol does) and scored by its summed squared error at the targets against the world's
-        truth. Every plan meets the same worlds and starts; plans equal up to order count once,
-        and a single distinct plan is bought without simulating. The linearised criterion ranks
-        runs at the current modes; the worlds see what it cannot, e.g. runs of nearly one size
-        that leave a direction of the law to the noise, which the refit then extrapolates
-        anywhere."""
-        g, law = state.group, state.law
+        target error in ``simulate`` worlds drawn from the posterior
+        (:meth:`.posterior.LaplaceMixture.refit_errors`; docs/design.md, "Plans judged in
+        simulated worlds"), refitted from ``protocol_starts`` uniform starts. Plans equal up to
+        order count once; a single distinct plan is bought without simulating. The linearised
+        criterion ranks runs at the current modes; the worlds see what it cannot, e.g. runs of
+        nearly one size that leave a direction of the law to the noise, which the refit then
+        extrapolates anywhere."""
+        g = state.group
         distinct = {}
         for picks, _, _ in plans.values():
             distinct.setdefault(tuple(sorted(picks)), list(picks))
         if len(distinct) == 1:
             return next(iter(distinct.values()))
-        rng = np.random.default_rng(1_000_003 * len(state.observed) + 17)
-        worlds = self.simulate
-        theta = post.draws(worlds, rng)
-        theta0 = uniform_starts(law, self.protocol_starts, rng)
         keys = list(distinct)
-        nt = len(g.y_test)
-        union = np.unique(np.concatenate([state.observed] + [aff[list(k)] for k in keys]))
-        rows = {v: np.concatenate([g.x_test[v], g.x[v][union]]) for v in g.x}
-        z = post.z(rows)
-        chol = np.linalg.cholesky(post.disc2 * kernel(z, z) + 1e-12 * post.disc2 * np.eye(len(z)))
-        truth = np.asarray(predictor(law)(theta, rows)) + (
-            chol @ rng.standard_normal((len(z), worlds))).T
-        obs = truth[:, nt:] + np.sqrt(post.sigma2) * rng.standard_normal((worlds, len(union)))
-        errors = {}
-        for key in keys:
-            bought = np.concatenate([state.observed, aff[list(key)]]).astype(int)
-            cols = np.searchsorted(union, bought)
-            x = {v: a[bought] for v, a in g.x.items()}
-            err = np.full(worlds, np.inf)
-            for m in range(worlds):
-                if not np.all(np.isfinite(obs[m, cols])):
-                    continue
-                st = least_squares(law, x, obs[m, cols], theta0)
-                if st.ok:
-                    f = np.asarray(predictor(law)(st.best[None], g.x_test))[0]
-                    err[m] = float(np.sum((f - truth[m, :nt]) ** 2))
-            errors[key] = float(np.mean(err)) if np.isfinite(err).all() else np.inf
+        errors = post.refit_errors(g.x, state.observed, [aff[list(k)] for k in keys], g.x_test,
+                                   self.simulate, self.protocol_starts,
+                                   np.random.default_rng(1_000_003 * len(state.observed) + 17))
         state.memory.setdefault("simulated", []).append(
-            {"n_bought": len(state.observed), "errors": [errors[k] for k in keys],
+            {"n_bought": len(state.observed), "errors": errors.tolist(),
              "runs": [len(k) for k in keys]})
-        return distinct[min(keys, key=lambda k: (errors[k], keys.index(k)))]
+        return distinct[keys[int(np.argmin(errors))]]
 
     def limit(self, state) -> float:
         """The current checkpoint's budget: a run held over to the next checkpoint would leave

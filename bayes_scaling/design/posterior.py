@@ -23,7 +23,8 @@ from scipy.spatial.distance import cdist
 
 from ..data import input_space
 from ..laws import Law
-from .fitting import Starts, from_unconstrained, jacobian_u, predictor, to_unconstrained
+from .fitting import (Starts, from_unconstrained, jacobian_u, least_squares, predictor,
+                      to_unconstrained, uniform_starts)
 
 U_CLIP = 30.0  # unconstrained coordinates of a parameter sitting on its bound
 MAX_MODES = 4
@@ -198,3 +199,42 @@ class LaplaceMixture:
         C = C + (self.weights[:, None] * dev).T @ dev
         return C + self.discrepancy_cov(self.z(x))
 
+    # --- designs judged by the refit they lead to ------------------------------------------------
+    def refit_errors(self, x_pool: dict, done, designs: list, x_targets: dict, worlds: int,
+                     starts: int, rng: np.random.Generator) -> np.ndarray:
+        """Expected summed squared error at the targets of the least-squares refit of the law
+        (the best SSE of ``starts`` uniform starts, as the protocol refits) after each design, in
+        ``worlds`` worlds drawn from this posterior (docs/design.md, "Plans judged in simulated
+        worlds").
+
+        In world ``m`` the truth is the law at a draw ``theta_m`` of the mixture plus a draw
+        ``delta_m`` of the discrepancy GP (unconditioned, amplitude ``s_d^2``) over the runs done,
+        every design's runs and the targets; runs are observed with the noise ``sigma^2``. Each
+        design (indices into ``x_pool``: the runs it adds to those done, ``done``) is refitted on
+        its runs plus those done and scored against the world's truth at the targets. Every
+        design meets the same worlds and starts (a paired comparison); a design whose refit fails
+        in some world scores ``inf``."""
+        done = np.asarray(done, int)
+        theta = self.draws(worlds, rng)
+        theta0 = uniform_starts(self.law, starts, rng)
+        nt = len(next(iter(x_targets.values())))
+        union = np.unique(np.concatenate([done] + [np.asarray(d, int) for d in designs]))
+        rows = {v: np.concatenate([x_targets[v], x_pool[v][union]]) for v in x_targets}
+        z = self.z(rows)
+        chol = np.linalg.cholesky(self.disc2 * (kernel(z, z) + 1e-12 * np.eye(len(z))))
+        truth = np.asarray(predictor(self.law)(theta, rows)) + (
+            chol @ rng.standard_normal((len(z), worlds))).T
+        obs = truth[:, nt:] + np.sqrt(self.sigma2) * rng.standard_normal((worlds, len(union)))
+        errors = np.full((len(designs), worlds), np.inf)
+        for d, design in enumerate(designs):
+            bought = np.concatenate([done, np.asarray(design, int)])
+            cols = np.searchsorted(union, bought)
+            x = {v: a[bought] for v, a in x_pool.items()}
+            for m in range(worlds):
+                if not np.all(np.isfinite(obs[m, cols])):
+                    continue
+                st = least_squares(self.law, x, obs[m, cols], theta0)
+                if st.ok:
+                    f = np.asarray(predictor(self.law)(st.best[None], x_targets))[0]
+                    errors[d, m] = float(np.sum((f - truth[m, :nt]) ** 2))
+        return np.where(np.isfinite(errors).all(1), errors.mean(1), np.inf)

@@ -24,7 +24,7 @@ from ..data import log_scaled, warn_mixed_signs
 from ..errors import DataError, FitError, OptionError
 from ..laws import Law
 from ..laws import get as get_law
-from .acquisition import best_rule, greedy_refit
+from .acquisition import RULES, best_rule, greedy_refit
 from .fitting import least_squares, uniform_starts
 from .posterior import LaplaceMixture, kernel
 from .task import Group
@@ -219,7 +219,7 @@ def _inputs(law: Law, df: pd.DataFrame, what: str) -> dict:
 
 def recommend(pool: pd.DataFrame, *, law, cost, targets, budget, loss: str = "loss",
               done: str | None = None, n_starts: int = 64, discrepancy: float = 1.0,
-              seed: int = 0) -> pd.DataFrame:
+              simulate: int = 0, seed: int = 0) -> pd.DataFrame:
     """The next runs to buy from ``pool``, in order, within ``budget``.
 
     Args:
@@ -236,6 +236,9 @@ def recommend(pool: pd.DataFrame, *, law, cost, targets, budget, loss: str = "lo
             (:func:`split_pool`).
         n_starts: uniform starts of the least-squares fit of the runs done.
         discrepancy: scale of the law's misfit prior (``bayes``'s ``discrepancy``).
+        simulate: worlds drawn from the posterior in which the per-cost and the gain-only
+            plans are refitted and compared (``bayes``'s ``simulate``; 0: the plan whose
+            linearised criterion ends lower).
         seed: seed of the starts.
 
     Returns:
@@ -279,6 +282,16 @@ def recommend(pool: pd.DataFrame, *, law, cost, targets, budget, loss: str = "lo
                             post.sigma2, costs, room, spread=spread, cost_power=power)
 
     rule, (picks, values, v0), final = best_rule(run)
+    simulated = None
+    if simulate:
+        plans = {r: run(RULES[r]) for r in ("ratio", "gain")}
+        keys = list({tuple(sorted(p[0])): r for r, p in plans.items()}.items())
+        if len(keys) > 1:
+            err = post.refit_errors(rows_x, np.arange(nd), [nd + np.array(k, int) for k, _ in keys],
+                                    x_tgt, simulate, n_starts, np.random.default_rng(seed + 1))
+            rule = keys[int(np.argmin(err))][1]
+            picks, values, v0 = plans[rule]
+            simulated = {r: float(e) for (_, r), e in zip(keys, err)}
     out, prev, cum = [], v0, 0.0
     for step, (c, v) in enumerate(zip(picks, values), 1):
         cum += costs[c]
@@ -291,7 +304,8 @@ def recommend(pool: pd.DataFrame, *, law, cost, targets, budget, loss: str = "lo
         prev = v
     table = pd.DataFrame(out, columns=None if out else COLUMNS)
     table.attrs.update(budget=float(room), initial_error=float(v0), greedy=rule,
-                       final_by_rule=final, noise_var=float(post.sigma2), n_done=nd,
+                       final_by_rule=final, simulated_by_rule=simulated,
+                       noise_var=float(post.sigma2), n_done=nd,
                        n_candidates=len(cand), n_targets=nt, law=law.name)
     return table
 
