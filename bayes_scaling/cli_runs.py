@@ -92,7 +92,8 @@ def cmd_recommend(args) -> None:
         targets = read_table(targets, None)
     law = get_law(args.law)
     rec = design.recommend(pool, law=law, cost=args.cost, targets=targets, budget=args.budget,
-                           loss=args.loss, done=args.done, n_starts=args.n_starts, seed=args.seed)
+                           loss=args.loss, done=args.done, n_starts=args.n_starts, seed=args.seed,
+                           **({} if args.simulate is None else {"simulate": args.simulate}))
     a = rec.attrs
     print(f"{law.name}: {a['n_done']} runs done, {a['n_candidates']} candidates, "
           f"{a['n_targets']} target rows; budget {a['budget']:.4g} (cost {args.cost})")
@@ -107,6 +108,9 @@ def cmd_recommend(args) -> None:
         print(rec[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
         print(f"spent {rec['cum_cost'].iloc[-1]:.4g} of {a['budget']:.4g}; greedy rule: "
               f"{a['greedy']}")
+        if a.get("simulated_by_rule"):
+            print("plans refitted in simulated worlds, mean squared error at the targets: "
+                  + ", ".join(f"{r} {e:.4g}" for r, e in a["simulated_by_rule"].items()))
     if args.out:
         rec.to_csv(args.out, index=False)
         print(f"saved {args.out}")
@@ -140,6 +144,10 @@ def add_design_parser(sub) -> None:
     g.add_argument("--query", help="pandas query selecting the pool's rows first")
     g.add_argument("--n-starts", type=positive_int, default=64, help="starts of the fit (default 64)")
     g.add_argument("--seed", type=int, default=0, help="seed of the starts (default 0)")
+    g.add_argument("--simulate", type=nonnegative_int, metavar="M",
+                   help="worlds drawn from the posterior in which the candidate plans are "
+                        "refitted and compared (default: the method's; 0: the linearised "
+                        "criterion alone; docs/design.md)")
     g.add_argument("--figure", help="write the pool and the runs to buy (PNG)")
     g = s.add_argument_group("a ScaleBench task folder: the selection protocol")
     g.add_argument("--laws", nargs="*", help="law ids (default: every law of the task)")

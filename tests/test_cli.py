@@ -134,6 +134,36 @@ def test_design_command_on_a_pool_writes_the_recommendation_and_its_figure(tmp_p
     assert fig.stat().st_size > 0
 
 
+def test_design_command_simulate_option_is_passed_and_checked(tmp_path, capsys):
+    """--simulate M reaches recommend (its plans then meet M worlds when the rules disagree; the
+    choice stays within the budget either way); a negative M is refused before any fit."""
+    pool = _pool_csv(tmp_path)
+    base = ["design", str(tmp_path / "pool.csv"), "--law", "chinchilla", "--targets",
+            str(tmp_path / "targets.csv"), "--budget", "25%"]
+    out = tmp_path / "rec.csv"
+    assert main(base + ["--simulate", "4", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    rec = pd.read_csv(out)
+    budget = 0.25 * (6 * pool["N"] * pool["D"])[pool["loss"].isna()].sum()
+    assert len(rec) >= 1 and rec["cum_cost"].iloc[-1] <= budget * (1 + 1e-12)
+    ruled = "simulated worlds" in text
+    plain = design_recommend(pool, simulate=0)
+    both = design_recommend(pool, simulate=4)
+    assert ruled == (both.attrs["simulated_by_rule"] is not None)
+    assert plain.attrs["simulated_by_rule"] is None
+    assert list(both["row"]) == list(rec["row"])
+    assert main(base + ["--simulate", "-1"]) == 2
+    assert "--simulate" in capsys.readouterr().err
+
+
+def design_recommend(pool, simulate):
+    import bayes_scaling as bs
+
+    return bs.design.recommend(pool, law="chinchilla", cost="6*N*D",
+                               targets=pd.DataFrame({"N": [2e9, 4e9], "D": [4e10, 8e10]}),
+                               budget="25%", simulate=simulate, seed=0)
+
+
 def test_design_command_bad_pool_input_exits_2_naming_the_fix(tmp_path, capsys):
     _pool_csv(tmp_path)
     base = ["design", str(tmp_path / "pool.csv"), "--law", "chinchilla", "--targets",
