@@ -88,7 +88,8 @@ VARIANTS = {"bayes-rehearsal": ("bayes", {"rehearsal": 128, "rules": RULES3}),
             "bayes-3rules": ("bayes", {"rules": RULES3}),
             "bayes-plain": ("bayes", {"rehearsal": 0}),
             "bayes-starts64": ("bayes", {"refit_starts": 64}),
-            "bayes-sim8": ("bayes", {"simulate": 8})}
+            "bayes-sim8": ("bayes", {"simulate": 8}),
+            "bayes-sim16": ("bayes", {"simulate": 16})}
 
 
 def resolve(label):

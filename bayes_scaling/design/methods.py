@@ -48,7 +48,7 @@ from .fitting import (
     uniform_starts,
 )
 from . import mspe as _mspe
-from .posterior import LaplaceMixture, kernel
+from .posterior import LaplaceMixture, kernel, overruled
 
 #: Starts of the refit a method makes between purchases (its previous optima plus uniform draws).
 REFIT_STARTS = 16
@@ -310,28 +310,32 @@ class Bayes(_ModelBased):
         return best[1]
 
     def simulated(self, state, post, aff, plans) -> list:
-        """The plan (as in :meth:`rehearse`) whose purchase gives the protocol's refit the lowest
-        target error in ``simulate`` worlds drawn from the posterior
-        (:meth:`.posterior.LaplaceMixture.refit_errors`; docs/design.md, "Plans judged in
-        simulated worlds"), refitted from ``protocol_starts`` uniform starts. Plans equal up to
-        order count once; a single distinct plan is bought without simulating. The linearised
-        criterion ranks runs at the current modes; the worlds see what it cannot, e.g. runs of
-        nearly one size that leave a direction of the law to the noise, which the refit then
-        extrapolates anywhere."""
+        """The plan to buy among the greedy's (one per rule, as in :meth:`rehearse`): the one
+        whose linearised criterion ends lowest (:func:`.acquisition.best_rule`), unless the
+        protocol's refit, in ``simulate`` worlds drawn from the posterior
+        (:meth:`.posterior.LaplaceMixture.refit_errors`, ``protocol_starts`` uniform starts),
+        clearly does better after another plan (:func:`.posterior.overruled`; docs/design.md,
+        "Plans judged in simulated worlds"). Plans equal up to order count once; a single
+        distinct plan is bought without simulating. The linearised criterion ranks runs at the
+        current modes; the worlds see what it cannot, e.g. runs of nearly one size that leave a
+        direction of the law to the noise, which the refit then extrapolates anywhere."""
         g = state.group
-        distinct = {}
-        for picks, _, _ in plans.values():
-            distinct.setdefault(tuple(sorted(picks)), list(picks))
+        final = {r: (v[-1] if v else v0) for r, (_, v, v0) in plans.items()}
+        picks = plans[min(final, key=lambda r: (final[r], r != "ratio"))][0]
+        distinct = {tuple(sorted(picks)): list(picks)}
+        for p, _, _ in plans.values():
+            distinct.setdefault(tuple(sorted(p)), list(p))
         if len(distinct) == 1:
-            return next(iter(distinct.values()))
+            return list(picks)
         keys = list(distinct)
         errors = post.refit_errors(g.x, state.observed, [aff[list(k)] for k in keys], g.x_test,
                                    self.simulate, self.protocol_starts,
                                    np.random.default_rng(1_000_003 * len(state.observed) + 17))
+        chosen = overruled(errors, 0)
         state.memory.setdefault("simulated", []).append(
-            {"n_bought": len(state.observed), "errors": errors.tolist(),
-             "runs": [len(k) for k in keys]})
-        return distinct[keys[int(np.argmin(errors))]]
+            {"n_bought": len(state.observed), "errors": errors.mean(1).tolist(),
+             "runs": [len(k) for k in keys], "overruled": chosen != 0})
+        return distinct[keys[chosen]]
 
     def limit(self, state) -> float:
         """The current checkpoint's budget: a run held over to the next checkpoint would leave

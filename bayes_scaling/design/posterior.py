@@ -212,8 +212,9 @@ class LaplaceMixture:
         every design's runs and the targets; runs are observed with the noise ``sigma^2``. Each
         design (indices into ``x_pool``: the runs it adds to those done, ``done``) is refitted on
         its runs plus those done and scored against the world's truth at the targets. Every
-        design meets the same worlds and starts (a paired comparison); a design whose refit fails
-        in some world scores ``inf``."""
+        design meets the same worlds and starts (a paired comparison). Returns the summed
+        squared errors, (designs, worlds), ``inf`` where a refit failed; :func:`overruled` reads
+        them."""
         done = np.asarray(done, int)
         theta = self.draws(worlds, rng)
         theta0 = uniform_starts(self.law, starts, rng)
@@ -237,4 +238,32 @@ class LaplaceMixture:
                 if st.ok:
                     f = np.asarray(predictor(self.law)(st.best[None], x_targets))[0]
                     errors[d, m] = float(np.sum((f - truth[m, :nt]) ** 2))
-        return np.where(np.isfinite(errors).all(1), errors.mean(1), np.inf)
+        return errors
+
+
+def overruled(errors, default: int, t: float = 2.0) -> int:
+    """The design the simulated worlds choose over the linearised criterion's choice
+    ``default`` (rows of ``errors``: designs, columns: worlds, as
+    :meth:`LaplaceMixture.refit_errors` returns them): among the designs whose paired log error
+    ratio against ``default``, ``log(e_default / e_d)`` per world, has a mean above ``t``
+    standard errors, the one with the lowest mean error; else ``default``. A handful of worlds
+    is a noisy estimate, so the worlds overrule the criterion only when they are clear; the log
+    ratio keeps one wild world from deciding alone. A world where a refit failed (``inf``) counts
+    against that design by the largest finite ratio seen."""
+    e = np.asarray(errors, float)
+    if e.shape[1] < 2:
+        return default
+    floor = 1e-300
+    best, best_mean = default, np.inf
+    for d in range(len(e)):
+        if d == default:
+            continue
+        r = np.log(np.maximum(e[default], floor)) - np.log(np.maximum(e[d], floor))
+        ok = np.isfinite(r)
+        big = np.max(np.abs(r[ok])) if ok.any() else 1.0
+        r = np.where(np.isnan(r), 0.0, np.clip(r, -2 * big - 1, 2 * big + 1))
+        se = r.std(ddof=1) / np.sqrt(len(r))
+        mean = float(np.mean(np.where(np.isfinite(e[d]), e[d], np.inf)))
+        if r.mean() > t * se and mean < best_mean:
+            best, best_mean = d, mean
+    return best

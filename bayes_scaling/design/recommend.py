@@ -26,7 +26,7 @@ from ..laws import Law
 from ..laws import get as get_law
 from .acquisition import RULES, best_rule, greedy_refit
 from .fitting import least_squares, uniform_starts
-from .posterior import LaplaceMixture, kernel
+from .posterior import LaplaceMixture, kernel, overruled
 from .task import Group
 
 __all__ = ["COLUMNS", "cost_formula", "recommend", "recommend_figure", "select_rows",
@@ -283,15 +283,18 @@ def recommend(pool: pd.DataFrame, *, law, cost, targets, budget, loss: str = "lo
 
     rule, (picks, values, v0), final = best_rule(run)
     simulated = None
-    if simulate:
-        plans = {r: run(RULES[r]) for r in ("ratio", "gain")}
-        keys = list({tuple(sorted(p[0])): r for r, p in plans.items()}.items())
+    if simulate:  # the worlds may overrule the rule kept (docs/design.md)
+        others = [r for r in ("ratio", "gain") if r != rule]
+        plans = {rule: (picks, values, v0), **{r: run(RULES[r]) for r in others}}
+        keys = {}
+        for r, p in plans.items():
+            keys.setdefault(tuple(sorted(p[0])), r)
         if len(keys) > 1:
-            err = post.refit_errors(rows_x, np.arange(nd), [nd + np.array(k, int) for k, _ in keys],
+            err = post.refit_errors(rows_x, np.arange(nd), [nd + np.array(k, int) for k in keys],
                                     x_tgt, simulate, n_starts, np.random.default_rng(seed + 1))
-            rule = keys[int(np.argmin(err))][1]
+            rule = list(keys.values())[overruled(err, 0)]
             picks, values, v0 = plans[rule]
-            simulated = {r: float(e) for (_, r), e in zip(keys, err)}
+            simulated = {r: float(e) for r, e in zip(keys.values(), err.mean(1))}
     out, prev, cum = [], v0, 0.0
     for step, (c, v) in enumerate(zip(picks, values), 1):
         cum += costs[c]
