@@ -29,7 +29,7 @@ TARGETS = {"N": np.array([N0, 2 * N0, 4 * N0, 8 * N0]), "S": np.full(4, 8.0)}
 
 def _truth(x):
     f = np.asarray(fitting.predictor(LAW)(TRUTH[None], x))[0]
-    return f * (1 + 0.01 * np.log(x["S"]) ** 2)  # a misfit the law cannot follow in S
+    return f * (1 + 0.03 * np.log(x["S"]) ** 2)  # a misfit the law cannot follow in S
 
 
 def _state_and_posterior():
@@ -51,26 +51,37 @@ def test_simulated_worlds_refuse_runs_of_nearly_one_size():
     aff = np.arange(1, len(POOL_N))
     near, spread = [0, 1], [2]  # positions in aff: (1.004 N0, 2), (1.008 N0, 4); (2 N0, 4)
     plans = {"ratio": (near, [1e-3, 5e-4], 1e-2), "gain": (spread, [6e-4], 1e-2)}
-    bayes = methods.make("bayes", simulate=8)
+    bayes = methods.make("bayes", simulate=16)
     assert bayes.simulated(state, post, aff, plans) == spread
     log = state.memory["simulated"][-1]
     err = dict(zip(log["runs"], log["errors"]))
     assert err[2] > 2 * err[1]
 
 
-def test_simulated_worlds_prefer_the_plan_that_adds_a_size():
-    """A plan that adds a larger size to the same run beats that run alone."""
+@pytest.mark.slow
+def test_worlds_clearly_prefer_adding_a_size_and_are_split_on_the_near_pair():
+    """Over six draws of 16 worlds: a plan that adds a larger size (8 N0) to the run at 2 N0
+    clearly beats that run alone in every draw; the near pair against the run at 2 N0 is
+    overruled in at least half (the gate is conservative: unclear draws keep the criterion's
+    choice)."""
+    from bayes_scaling.design.posterior import overruled
+
     state, post = _state_and_posterior()
-    aff = np.arange(1, len(POOL_N))
-    one, more = [2], [2, 4]  # (2 N0, 4); and (8 N0, 1)
-    plans = {"ratio": (one, [6e-4], 1e-2), "gain": (more, [7e-4, 6.5e-4], 1e-2)}
-    assert methods.make("bayes", simulate=8).simulated(state, post, aff, plans) == more
+    g = state.group
+    near_overruled = 0
+    for seed in range(6):
+        e = post.refit_errors(g.x, [0], [[1, 2], [3], [3, 5]], g.x_test, 16, 64,
+                              np.random.default_rng(seed))
+        assert overruled(e[1:], 0) == 1
+        assert e[1].mean() > 10 * e[2].mean()
+        near_overruled += overruled(e[:2], 0) == 1
+    assert near_overruled >= 3
 
 
 def test_one_distinct_plan_is_bought_without_simulating():
     state, post = _state_and_posterior()
     plans = {"ratio": ([1, 0], [1e-3, 5e-4], 1e-2), "gain": ([0, 1], [1e-3, 5e-4], 1e-2)}
-    assert methods.make("bayes", simulate=8).simulated(state, post, np.arange(1, 6),
+    assert methods.make("bayes", simulate=16).simulated(state, post, np.arange(1, 6),
                                                       plans) == [1, 0]
     assert "simulated" not in state.memory
 
@@ -80,9 +91,11 @@ def test_simulate_is_checked():
         methods.make("bayes", simulate=-1)
 
 
-def test_recommend_with_simulated_worlds_buys_a_second_size():
+def test_recommend_follows_the_worlds_only_to_a_plan_they_score_lower():
     """The same choice through ``bs.design.recommend``: one run done, a budget that buys either
-    the two runs of nearly the first size (S = 2, 4) or the run at twice the size."""
+    the two runs of nearly the first size (S = 2, 4) or the run at twice the size. Without the
+    worlds it buys the near pair (its linearised error ends lower); with them, on four seeds,
+    it moves to the larger run at least once, and only to the plan the worlds score lower."""
     import pandas as pd
 
     from bayes_scaling.design import recommend
@@ -93,8 +106,36 @@ def test_recommend_with_simulated_worlds_buys_a_second_size():
     targets = pd.DataFrame(TARGETS)
     room = 2.05 * N0  # two near runs (2.012 N0) or the larger one (2 N0), not both
     plain = recommend(pool, law=LAW, cost="N", targets=targets, budget=room, simulate=0, seed=0)
-    assert sorted(plain["row"]) == [1, 2]  # the linearised criterion ends lower on the near runs
-    rec = recommend(pool, law=LAW, cost="N", targets=targets, budget=room, simulate=8, seed=0)
-    assert rec["row"].tolist() == [3] and rec.attrs["greedy"] == "gain"
-    sim = rec.attrs["simulated_by_rule"]
-    assert sim is not None and max(sim.values()) > 2 * min(sim.values())
+    assert sorted(plain["row"]) == [1, 2] and plain.attrs["greedy"] == "ratio"
+    moved = 0
+    for seed in range(4):
+        rec = recommend(pool, law=LAW, cost="N", targets=targets, budget=room, simulate=16,
+                        seed=seed)
+        sim = rec.attrs["simulated_by_rule"]
+        if rec["row"].tolist() == [3]:
+            moved += 1
+            assert rec.attrs["greedy"] == "gain" and sim["gain"] < sim["ratio"]
+        else:
+            assert sorted(rec["row"]) == [1, 2]
+    assert moved >= 1
+
+
+def test_worlds_overrule_the_criterion_only_when_they_are_clear():
+    from bayes_scaling.design.posterior import overruled
+
+    rng = np.random.default_rng(0)
+    base = np.exp(rng.normal(0, 1, 8))
+    # the same errors up to a coin flip per world: the criterion's choice stands
+    noisy = np.vstack([base, base * np.exp(np.tile([1.0, -1.0], 4))])
+    assert overruled(noisy, 0) == 0
+    # one wild world alone (mean error 100x) does not decide either
+    wild = np.vstack([base * np.where(np.arange(8) == 0, 1e4, 1.0), base])
+    assert overruled(wild, 0) == 0
+    # ten times worse in every world: overruled, and the lower of two clear winners is taken
+    clear = np.vstack([10 * base, base, 0.5 * base * np.exp(0.1 * rng.normal(0, 1, 8))])
+    assert overruled(clear, 0) == 2
+    assert overruled(clear, 2) == 2
+    # a refit that failed in some world counts against its design
+    failed = np.vstack([np.where(np.arange(8) < 6, np.inf, 10 * base), base])
+    assert overruled(failed, 0) == 1
+    assert overruled(failed[::-1], 0) == 0
