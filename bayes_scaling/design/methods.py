@@ -332,9 +332,13 @@ class Bayes(_ModelBased):
                                    self.simulate, self.protocol_starts,
                                    np.random.default_rng(1_000_003 * len(state.observed) + 17))
         chosen = overruled(errors, 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.log(errors[0]) - np.log(errors[1:])
         state.memory.setdefault("simulated", []).append(
             {"n_bought": len(state.observed), "errors": errors.mean(1).tolist(),
-             "runs": [len(k) for k in keys], "overruled": chosen != 0})
+             "runs": [len(k) for k in keys], "overruled": chosen != 0,
+             "log_ratio": ratio.mean(1).tolist(),
+             "log_ratio_se": (ratio.std(1, ddof=1) / np.sqrt(errors.shape[1])).tolist()})
         return distinct[keys[chosen]]
 
     def limit(self, state) -> float:
