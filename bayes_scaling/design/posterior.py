@@ -241,29 +241,29 @@ class LaplaceMixture:
         return errors
 
 
-def overruled(errors, default: int, t: float = 2.0) -> int:
+def overruled(errors, default: int, factor: float = 2.0, t: float = 1.0) -> int:
     """The design the simulated worlds choose over the linearised criterion's choice
     ``default`` (rows of ``errors``: designs, columns: worlds, as
-    :meth:`LaplaceMixture.refit_errors` returns them): among the designs whose paired log error
-    ratio against ``default``, ``log(e_default / e_d)`` per world, has a mean above ``t``
-    standard errors, the one with the lowest mean error; else ``default``. A handful of worlds
-    is a noisy estimate, so the worlds overrule the criterion only when they are clear; the log
-    ratio keeps one wild world from deciding alone. A world where a refit failed (``inf``) counts
-    against that design by the largest finite ratio seen."""
+    :meth:`LaplaceMixture.refit_errors` returns them): among the designs whose mean error is at
+    most ``1 / factor`` of ``default``'s and whose paired log error ratio against it,
+    ``log(e_default / e_d)`` per world, has a mean above ``t`` standard errors, the one with the
+    lowest mean error; else ``default``. A handful of worlds is a noisy estimate: plans the
+    worlds score alike are the criterion's to choose between, and one wild world does not
+    decide alone (the log ratio). A world where a refit failed (``inf``) counts against that
+    design by the largest finite ratio seen."""
     e = np.asarray(errors, float)
     if e.shape[1] < 2:
         return default
     floor = 1e-300
-    best, best_mean = default, np.inf
+    means = np.array([np.mean(row) for row in e])
+    best = default
     for d in range(len(e)):
-        if d == default:
+        if d == default or not (means[d] * factor <= means[default]):
             continue
         r = np.log(np.maximum(e[default], floor)) - np.log(np.maximum(e[d], floor))
         ok = np.isfinite(r)
         big = np.max(np.abs(r[ok])) if ok.any() else 1.0
         r = np.where(np.isnan(r), 0.0, np.clip(r, -2 * big - 1, 2 * big + 1))
-        se = r.std(ddof=1) / np.sqrt(len(r))
-        mean = float(np.mean(np.where(np.isfinite(e[d]), e[d], np.inf)))
-        if r.mean() > t * se and mean < best_mean:
-            best, best_mean = d, mean
+        if r.mean() > t * r.std(ddof=1) / np.sqrt(len(r)) and means[d] < means[best]:
+            best = d
     return best
