@@ -30,8 +30,11 @@ Ours:
   current checkpoint's budget by the per-cost and the gain-only rule, the plan ending lower kept.
   ``criterion="posterior"`` reduces the posterior's own target variance instead
   (:func:`.acquisition.greedy_linear` on :meth:`.posterior.LaplaceMixture.joint_cov`).
-  ``rehearsal=R`` (off by default) weighs each rule's plan by the start lottery of the
-  protocol's refit on it, rehearsed from ``R`` starts (:meth:`Bayes.rehearse`).
+  ``simulate=M`` (default :data:`.posterior.WORLDS`; 0 turns it off) refits each rule's plan
+  in ``M`` worlds drawn from the posterior and lets a plan the worlds clearly score lower
+  replace the criterion's (:meth:`Bayes.simulated`). ``rehearsal=R`` (off by default) weighs
+  each rule's plan by the start lottery of the protocol's refit on it, rehearsed from ``R``
+  starts (:meth:`Bayes.rehearse`).
 """
 from __future__ import annotations
 
@@ -48,7 +51,7 @@ from .fitting import (
     uniform_starts,
 )
 from . import mspe as _mspe
-from .posterior import LaplaceMixture, kernel, overruled
+from .posterior import WORLDS, LaplaceMixture, kernel, overruled
 
 #: Starts of the refit a method makes between purchases (its previous optima plus uniform draws).
 REFIT_STARTS = 16
@@ -205,6 +208,9 @@ class Bayes(_ModelBased):
     default the ratio and gain rules). ``rehearsal``: 0 (default, off) or the number of uniform
     starts of the rehearsed refit that scores each rule's plan by its criterion plus the start
     lottery of a refit keeping the best of ``protocol_starts`` starts (:meth:`rehearse`).
+    ``simulate``: worlds drawn from the posterior in which each rule's plan is refitted from
+    ``protocol_starts`` starts; a plan they clearly score lower replaces the criterion's
+    (:meth:`simulated`; 0: off; with ``rehearsal`` too, the worlds decide).
     ``refit_starts``: starts of the method's own refit between batches, which finds the modes
     (default :data:`REFIT_STARTS`; 64 is MSPE's; docs/design.md, "More starts for the
     method's own refit").
@@ -213,7 +219,7 @@ class Bayes(_ModelBased):
     def __init__(self, batch: int = 4, cost_power: float = 1.0, discrepancy: float = 1.0,
                  greedy: str = "auto", criterion: str = "refit", rehearsal: int = 0,
                  protocol_starts: int = 64, rules=("ratio", "gain"),
-                 refit_starts: int = REFIT_STARTS, simulate: int = 0):
+                 refit_starts: int = REFIT_STARTS, simulate: int = WORLDS):
         if greedy != "auto" and greedy not in RULES:
             raise BayesScalingError(f"greedy must be 'auto' or one of the rules {sorted(RULES)}, "
                                     f"got {greedy!r}")

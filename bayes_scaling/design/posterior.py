@@ -30,6 +30,8 @@ U_CLIP = 30.0  # unconstrained coordinates of a parameter sitting on its bound
 MAX_MODES = 4
 LOGW_DROP = 10.0  # modes whose log weight is more than this below the best are dropped
 A0, S0_REL = 2.0, 1e-3
+#: Worlds the plans of ``bayes`` and ``recommend`` are refitted in (``simulate``; docs/design.md).
+WORLDS = 16
 DISC_REL = 0.1  # prior scale of the law's misfit away from the runs: 10% of the pool's spread
 
 

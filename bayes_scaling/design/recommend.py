@@ -26,7 +26,7 @@ from ..laws import Law
 from ..laws import get as get_law
 from .acquisition import RULES, best_rule, greedy_refit
 from .fitting import least_squares, uniform_starts
-from .posterior import LaplaceMixture, kernel, overruled
+from .posterior import WORLDS, LaplaceMixture, kernel, overruled
 from .task import Group
 
 __all__ = ["COLUMNS", "cost_formula", "recommend", "recommend_figure", "select_rows",
@@ -219,7 +219,7 @@ def _inputs(law: Law, df: pd.DataFrame, what: str) -> dict:
 
 def recommend(pool: pd.DataFrame, *, law, cost, targets, budget, loss: str = "loss",
               done: str | None = None, n_starts: int = 64, discrepancy: float = 1.0,
-              simulate: int = 0, seed: int = 0) -> pd.DataFrame:
+              simulate: int = WORLDS, seed: int = 0) -> pd.DataFrame:
     """The next runs to buy from ``pool``, in order, within ``budget``.
 
     Args:
