@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["RULES", "best_rule", "greedy_importance", "greedy_linear"]
+__all__ = ["RULES", "best_rule", "greedy_importance", "greedy_linear", "kept_rule"]
 
 #: Cost power ``p`` of each greedy rule (``"half"``: an alternative plan the rehearsal of
 #: ``bayes`` weighs against the other two).
@@ -42,9 +42,15 @@ def best_rule(run, rules=("ratio", "gain")):
     sequence ends with the lower criterion (the ratio rule on a tie), its result, and the final
     criterion of every rule."""
     runs = {r: run(RULES[r]) for r in rules}
-    final = {r: (v[1][-1] if v[1] else v[2]) for r, v in runs.items()}
-    rule = min(final, key=lambda r: (final[r], r != "ratio"))
+    rule, final = kept_rule(runs)
     return rule, runs[rule], final
+
+
+def kept_rule(runs: dict):
+    """The rule whose plan (``runs``: rule -> ``(picks, values, v0, ...)``) ends with the lower
+    criterion (the ratio rule on a tie), and every rule's final criterion."""
+    final = {r: (v[1][-1] if v[1] else v[2]) for r, v in runs.items()}
+    return min(final, key=lambda r: (final[r], r != "ratio")), final
 
 
 def _affordable(avail, cost, room):

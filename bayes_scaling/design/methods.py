@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import BayesScalingError
-from .acquisition import RULES, best_rule, greedy_linear, greedy_refit
+from .acquisition import RULES, best_rule, greedy_linear, greedy_refit, kept_rule
 from .fitting import (
     from_unconstrained,
     jacobian_theta,
@@ -326,8 +326,7 @@ class Bayes(_ModelBased):
         current modes; the worlds see what it cannot, e.g. runs of nearly one size that leave a
         direction of the law to the noise, which the refit then extrapolates anywhere."""
         g = state.group
-        final = {r: (v[-1] if v else v0) for r, (_, v, v0) in plans.items()}
-        picks = plans[min(final, key=lambda r: (final[r], r != "ratio"))][0]
+        picks = plans[kept_rule(plans)[0]][0]
         distinct = {tuple(sorted(picks)): list(picks)}
         for p, _, _ in plans.values():
             distinct.setdefault(tuple(sorted(p)), list(p))

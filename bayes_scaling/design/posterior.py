@@ -204,10 +204,10 @@ class LaplaceMixture:
     # --- designs judged by the refit they lead to ------------------------------------------------
     def refit_errors(self, x_pool: dict, done, designs: list, x_targets: dict, worlds: int,
                      starts: int, rng: np.random.Generator) -> np.ndarray:
-        """Expected summed squared error at the targets of the least-squares refit of the law
-        (the best SSE of ``starts`` uniform starts, as the protocol refits) after each design, in
-        ``worlds`` worlds drawn from this posterior (docs/design.md, "Plans judged in simulated
-        worlds").
+        """The summed squared error at the targets of the least-squares refit of the law (the
+        best SSE of ``starts`` uniform starts, as the protocol refits) after each design, in
+        each of ``worlds`` worlds drawn from this posterior (docs/design.md, "Plans judged in
+        simulated worlds"); their mean over the worlds estimates the design's expected error.
 
         In world ``m`` the truth is the law at a draw ``theta_m`` of the mixture plus a draw
         ``delta_m`` of the discrepancy GP (unconditioned, amplitude ``s_d^2``) over the runs done,
