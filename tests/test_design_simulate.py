@@ -139,3 +139,17 @@ def test_worlds_overrule_the_criterion_only_when_they_are_clear():
     failed = np.vstack([np.where(np.arange(8) < 6, np.inf, 10 * base), base])
     assert overruled(failed, 0) == 1
     assert overruled(failed[::-1], 0) == 0
+
+
+def test_log_ratios_are_the_gates_evidence_with_failed_refits_bounded():
+    from bayes_scaling.design.posterior import log_ratios
+
+    base = np.exp(np.random.default_rng(1).normal(0, 1, 6))
+    r = log_ratios(np.vstack([10 * base, base]), 0)
+    assert np.allclose(r[0], 0.0) and np.allclose(r[1], np.log(10))
+    # a failed refit (inf) counts against its design by 2 x the largest finite ratio + 1;
+    # a world where both failed is no evidence either way
+    e = np.vstack([np.r_[np.inf, np.inf, 10 * base[2:]], np.r_[base[0], np.inf, base[2:]]])
+    r = log_ratios(e, 0)
+    assert r[1, 0] == pytest.approx(2 * np.log(10) + 1) and r[1, 1] == 0.0
+    assert np.all(np.isfinite(r))

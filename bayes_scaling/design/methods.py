@@ -51,7 +51,7 @@ from .fitting import (
     uniform_starts,
 )
 from . import mspe as _mspe
-from .posterior import WORLDS, LaplaceMixture, kernel, overruled
+from .posterior import WORLDS, LaplaceMixture, kernel, log_ratios, overruled
 
 #: Starts of the refit a method makes between purchases (its previous optima plus uniform draws).
 REFIT_STARTS = 16
@@ -337,8 +337,7 @@ class Bayes(_ModelBased):
                                    self.simulate, self.protocol_starts,
                                    np.random.default_rng(1_000_003 * len(state.observed) + 17))
         chosen = overruled(errors, 0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.log(errors[0]) - np.log(errors[1:])
+        ratio = log_ratios(errors, 0)[1:]
         state.memory.setdefault("simulated", []).append(
             {"n_bought": len(state.observed), "errors": errors.mean(1).tolist(),
              "runs": [len(k) for k in keys], "overruled": chosen != 0,

@@ -243,29 +243,37 @@ class LaplaceMixture:
         return errors
 
 
+def log_ratios(errors, default: int = 0) -> np.ndarray:
+    """The paired evidence against design ``default``: ``log(e_default / e_d)`` per design
+    (rows) and world (columns) of ``errors`` (:meth:`LaplaceMixture.refit_errors`), positive
+    where design ``d`` did better. A world where a refit failed (``inf``) counts against its
+    design by twice the largest finite ratio seen, plus one; worlds where both failed count 0."""
+    e = np.maximum(np.asarray(errors, float), 1e-300)
+    with np.errstate(invalid="ignore"):
+        r = np.log(e[default]) - np.log(e)
+    ok = np.isfinite(r)
+    big = 2 * (np.max(np.abs(r[ok])) if ok.any() else 1.0) + 1
+    return np.where(np.isnan(r), 0.0, np.clip(r, -big, big))
+
+
 def overruled(errors, default: int, factor: float = 2.0, t: float = 1.0) -> int:
     """The design the simulated worlds choose over the linearised criterion's choice
     ``default`` (rows of ``errors``: designs, columns: worlds, as
     :meth:`LaplaceMixture.refit_errors` returns them): among the designs whose mean error is at
-    most ``1 / factor`` of ``default``'s and whose paired log error ratio against it,
-    ``log(e_default / e_d)`` per world, has a mean above ``t`` standard errors, the one with the
-    lowest mean error; else ``default``. A handful of worlds is a noisy estimate: plans the
-    worlds score alike are the criterion's to choose between, and one wild world does not
-    decide alone (the log ratio). A world where a refit failed (``inf``) counts against that
-    design by the largest finite ratio seen."""
+    most ``1 / factor`` of ``default``'s and whose paired log error ratio against it
+    (:func:`log_ratios`) has a mean above ``t`` standard errors, the one with the lowest mean
+    error; else ``default``. A handful of worlds is a noisy estimate: plans the worlds score
+    alike are the criterion's to choose between, and one wild world does not decide alone (the
+    log ratio)."""
     e = np.asarray(errors, float)
     if e.shape[1] < 2:
         return default
-    floor = 1e-300
-    means = np.array([np.mean(row) for row in e])
+    means = e.mean(1)
+    r = log_ratios(e, default)
     best = default
     for d in range(len(e)):
         if d == default or not (means[d] * factor <= means[default]):
             continue
-        r = np.log(np.maximum(e[default], floor)) - np.log(np.maximum(e[d], floor))
-        ok = np.isfinite(r)
-        big = np.max(np.abs(r[ok])) if ok.any() else 1.0
-        r = np.where(np.isnan(r), 0.0, np.clip(r, -2 * big - 1, 2 * big + 1))
-        if r.mean() > t * r.std(ddof=1) / np.sqrt(len(r)) and means[d] < means[best]:
+        if r[d].mean() > t * r[d].std(ddof=1) / np.sqrt(e.shape[1]) and means[d] < means[best]:
             best = d
     return best
