@@ -89,7 +89,10 @@ VARIANTS = {"bayes-rehearsal": ("bayes", {"rehearsal": 128, "rules": RULES3}),
             "bayes-plain": ("bayes", {"rehearsal": 0}),
             "bayes-starts64": ("bayes", {"refit_starts": 64}),
             "bayes-sim8": ("bayes", {"simulate": 8}),
-            "bayes-sim16": ("bayes", {"simulate": 16})}
+            "bayes-sim16": ("bayes", {"simulate": 16}),
+            # the same options; its rows were run with the gate that also asks the worlds'
+            # typical (geometric) error ratio to reach the factor (design.posterior.overruled)
+            "bayes-sim16g": ("bayes", {"simulate": 16})}
 
 
 def resolve(label):

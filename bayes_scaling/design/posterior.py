@@ -259,12 +259,13 @@ def log_ratios(errors, default: int = 0) -> np.ndarray:
 def overruled(errors, default: int, factor: float = 2.0, t: float = 1.0) -> int:
     """The design the simulated worlds choose over the linearised criterion's choice
     ``default`` (rows of ``errors``: designs, columns: worlds, as
-    :meth:`LaplaceMixture.refit_errors` returns them): among the designs whose mean error is at
-    most ``1 / factor`` of ``default``'s and whose paired log error ratio against it
-    (:func:`log_ratios`) has a mean above ``t`` standard errors, the one with the lowest mean
-    error; else ``default``. A handful of worlds is a noisy estimate: plans the worlds score
-    alike are the criterion's to choose between, and one wild world does not decide alone (the
-    log ratio)."""
+    :meth:`LaplaceMixture.refit_errors` returns them): among the designs ``factor`` times better
+    than ``default`` both on average (mean error) and typically (the mean of the paired log
+    error ratio, :func:`log_ratios`, at least ``log factor``), with that mean above ``t``
+    standard errors, the one with the lowest mean error; else ``default``. A handful of worlds
+    is a noisy estimate: plans the worlds score alike are the criterion's to choose between, and
+    a few wild worlds do not decide alone (the mean error of two plans whose refits both blow up
+    in some worlds is those worlds')."""
     e = np.asarray(errors, float)
     if e.shape[1] < 2:
         return default
@@ -274,6 +275,8 @@ def overruled(errors, default: int, factor: float = 2.0, t: float = 1.0) -> int:
     for d in range(len(e)):
         if d == default or not (means[d] * factor <= means[default]):
             continue
-        if r[d].mean() > t * r[d].std(ddof=1) / np.sqrt(e.shape[1]) and means[d] < means[best]:
+        m = r[d].mean()
+        if (m >= np.log(factor) and m > t * r[d].std(ddof=1) / np.sqrt(e.shape[1])
+                and means[d] < means[best]):
             best = d
     return best
