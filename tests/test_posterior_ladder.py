@@ -93,6 +93,31 @@ def test_divergences_ask_for_a_smaller_step_after_a_longer_warmup():
     assert again["num_warmup"] == nuts.LADDER_MAX_WARMUP * 1000
 
 
+
+def test_a_smaller_step_gives_back_the_draws_an_earlier_retry_added_for_ess():
+    # a mode whose chains were run on to 4000 draws for ESS, then show 2 divergences with ESS to
+    # spare (bible_m3 ar-en-d2o ptpp_gated_m3, seed 2): the smaller step needs the first
+    # attempt's 1000 draws, not 4000; the draws being the budget, a second smaller step fits in it
+    ran_on = dict(FIRST, num_samples=4000)
+    spent = 2000 + 3000  # the first attempt, then 3000 more draws per chain
+    action, _, new = nuts.next_attempt(_diag(divergences=2, min_ess_bulk=3108.0,
+                                             min_ess_tail=2108.0), ran_on, FIRST, spent)
+    assert action == "smaller step" and new["num_samples"] == 1000 and new["num_warmup"] == 2000
+    spent += new["num_warmup"] + new["num_samples"]
+    action, _, again = nuts.next_attempt(_diag(divergences=2), new, FIRST, spent)
+    assert action == "smaller step" and again["target_accept"] == pytest.approx(0.999375)
+    # with the 4000 draws kept, that second smaller step was past the budget (16000)
+    action, why, _ = nuts.next_attempt(_diag(divergences=2), dict(new, num_samples=4000), FIRST,
+                                       spent + 3000)
+    assert action is None and "budget" in why
+    # an ESS short as well keeps the draws it has; an ESS just short of 1.25x the need at 1000
+    # draws asks for 2000
+    _, _, new = nuts.next_attempt(_diag(divergences=2, min_ess_tail=300.0), ran_on, FIRST, spent)
+    assert new["num_samples"] == 4000
+    _, _, new = nuts.next_attempt(_diag(divergences=2, min_ess_bulk=1800.0, min_ess_tail=1800.0),
+                                 ran_on, FIRST, spent)
+    assert new["num_samples"] == 2000
+
 def test_ess_alone_runs_the_chains_on_for_the_draws_its_ess_per_draw_implies():
     # 250 effective draws of the 400 needed: 1.25 * 1.6 = 2x the draws, the same chains run on
     action, why, new = nuts.next_attempt(_diag(min_ess_tail=250.0, worst_ess_tail="alpha"),

@@ -311,7 +311,10 @@ def run_modes(models, modes, *, whiten, rng, seed, num_chains, **kw):
 # covariance at the mode does not. What else changes depends on the failure, worst first:
 #
 # - divergences or a low BFMI: a smaller step (the acceptance target ``t`` raised to
-#   ``1 - (1 - t) / 4``: 0.99 -> 0.9975 -> 0.999375) after twice the warm-up;
+#   ``1 - (1 - t) / 4``: 0.99 -> 0.9975 -> 0.999375) after twice the warm-up, with the draws an
+#   earlier retry added for ESS given back down to what the measured ESS per draw needs (never
+#   below the first attempt's): a rare divergence is found in proportion to the draws, and the
+#   budget they would take is the next smaller step's;
 # - chains split into groups with different means: twice the warm-up, from the pooled draws;
 # - R-hat or ESS: a longer run. ESS grows in proportion to the draws at a given ESS per draw, so
 #   the draws are multiplied by the power of two that brings the worst ESS 25% above its
@@ -357,7 +360,8 @@ def next_attempt(diag, kw, first, spent):
     if diag["divergences"] or diag["min_bfmi"] < BFMI_MIN:
         why = (f"{diag['divergences']} divergent transitions" if diag["divergences"] else
                f"BFMI {diag['min_bfmi']:.2f} < {BFMI_MIN}")
-        new.update(target_accept=1.0 - (1.0 - t) / 4, num_warmup=min(2 * W, W_max))
+        new.update(target_accept=1.0 - (1.0 - t) / 4, num_warmup=min(2 * W, W_max),
+                   num_samples=_draws_needed(S, first["num_samples"], ess, need))
         action = SMALLER_STEP
     elif split:
         why = f"the chains split into {len(diag['chain_groups'])} groups with different means"
@@ -399,6 +403,17 @@ def next_attempt(diag, kw, first, spent):
         return None, (why + f"; the next attempt ({action}) would exceed the budget "
                       f"({LADDER_COST_CAP:g}x the first attempt's iterations)"), None
     return action, why, new
+
+
+def _draws_needed(S, S_first, ess, need) -> int:
+    """Draws per chain for a retry that is not for ESS, after a run of ``S`` draws per chain with
+    worst ESS ``ess``: the first attempt's ``S_first`` times the power of two that brings the ESS
+    25% above ``need`` at the run's ESS per draw, at most ``S`` (a shortfall of ESS as well keeps
+    the draws it has)."""
+    if not np.isfinite(ess) or ess <= 0:
+        return int(S)
+    m = 2 ** int(np.ceil(np.log2(max(1.25 * need * S / ess / S_first, 1.0))))
+    return int(max(S_first, min(S, m * S_first)))
 
 
 def draws_whitening(s, extra, num_chains, rng, funnel=None):
