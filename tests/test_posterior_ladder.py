@@ -365,3 +365,41 @@ def test_a_failed_run_at_its_maximum_tree_depth_says_why_more_draws_come_dear():
     # a run that passes its checks at the cap passes: the draws are valid
     fine = nuts.nuts_diagnostics(_idata(0.0, 0.9), ["E"], 4, 10)
     assert fine["ok"] and fine["advice"] == []
+
+
+def test_divergences_crowded_at_one_end_of_a_parameter_are_named_with_where():
+    """Divergent draws at the neck of a funnel (the lowest draws of ``g``, where a vanishing
+    term's exponent is free) name ``g``, the end and the values in the refusal and its advice;
+    divergent draws spread over the posterior name nothing."""
+    import arviz as az
+
+    from bayes_scaling.bayes.divergences import divergence_sites
+
+    rng = np.random.default_rng(3)
+    g = rng.lognormal(np.log(0.3), 0.5, (4, 500))
+    C = np.exp(rng.standard_normal((4, 500)) / g)  # the spread of log C grows as g falls
+    neck = g <= np.quantile(g, 0.02)
+    div = neck & (rng.random(g.shape) < 0.5)
+
+    def diag(flags):
+        idata = az.from_dict(posterior={"C": C, "g": g},
+                             sample_stats={"tree_depth": np.full(g.shape, 3), "diverging": flags,
+                                           "energy": rng.standard_normal(g.shape)})
+        return nuts.nuts_diagnostics(idata, ["C", "g"], 4, 10)
+
+    d = diag(div)
+    msg = next(f for f in d["failed"] if "divergent" in f)
+    lo, hi = g[div].min(), g[div].max()
+    assert f"{div.sum()} divergent transitions" in msg
+    assert f"at the low end of g ({lo:.3g}-{hi:.3g}, its lowest 2% of draws)" in msg
+    assert any(a.startswith("raise target_accept (e.g. 0.995), or give g (see") and "fix it" in a
+               for a in d["advice"])
+    # C's divergent draws sit at both ends of its posterior (either sign of log C): not named
+    assert [s["name"] for s in divergence_sites({"C": C, "g": g}, div)] == ["g"]
+    # the same number of divergences anywhere: nothing to name, the advice stays general
+    spread = np.zeros(g.shape, bool)
+    spread.flat[rng.choice(g.size, div.sum(), replace=False)] = True
+    d = diag(spread)
+    msg = next(f for f in d["failed"] if "divergent" in f)
+    assert msg.endswith("part of the posterior may be missed")
+    assert any("give the parameters involved" in a for a in d["advice"])

@@ -37,7 +37,8 @@ Layout (each module one idea; data flows down the list):
 - ``coordinates``: the generic sampling coordinates, and the blocks a model samples in;
 - ``spec``: :class:`Spec` (law + priors + likelihood + fixed values) and its densities;
 - ``model``: the NumPyro model and the compiled densities;
-- ``modes``: MAP, Newton, Laplace; ``nuts``: sampling and diagnostics;
+- ``modes``: MAP, Newton, Laplace; ``nuts``: sampling and diagnostics; ``divergences``: where
+  divergent draws sit;
 - ``chains``: the modes' weights, modes found by split chains, chains stuck without mass;
 - ``intervals``: extrapolation distance, leave-future-out rehearsal, the discrepancy's posterior;
 - ``posterior``: :class:`Posterior`, forecasts, save/load; ``discrepancy``: a fixed-tau opt-in;

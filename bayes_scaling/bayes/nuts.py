@@ -19,6 +19,7 @@ from numpyro.distributions import constraints
 
 from ..errors import BayesScalingError, ConvergenceWarning
 from .distributions import FlatPrior
+from .divergences import describe_sites, divergence_sites
 from .model import cached, log_joint_batch, log_joint_z, unwhiten, whiten_funnel
 from .priors import draw_prior
 from .spec import Spec
@@ -194,10 +195,15 @@ def nuts_diagnostics(idata, names, num_chains, max_tree_depth) -> dict:
             failed.append(what.format(v=summ.loc[p, col], t=thr, p=p))
             advice.append(fix.format(p=p))
     if div:
+        sites = divergence_sites({n: post[n].values for n in names}, ss["diverging"].values)
+        where = describe_sites(sites)
         failed.append(f"{div} divergent transitions: the sampler met curvature it cannot follow, "
-                      "so part of the posterior may be missed")
-        advice.append("raise target_accept (e.g. 0.995), or give the parameters involved (see "
-                      "az.plot_pair(post.idata, divergences=True)) more informative priors")
+                      "so part of the posterior may be missed" + (f"; they sit {where}" if where
+                                                                    else ""))
+        named = ", ".join(s["name"] for s in sites) or "the parameters involved"
+        advice.append(f"raise target_accept (e.g. 0.995), or give {named} (see "
+                      "az.plot_pair(post.idata, divergences=True)) more informative priors"
+                      + (", fix it, or add runs that pin it there" if len(sites) == 1 else ""))
     if bfmi.min() < BFMI_MIN:
         failed.append(f"BFMI {bfmi.min():.2f} < {BFMI_MIN}: the energy of the chains moves slowly "
                       "(heavy tails or a funnel)")
