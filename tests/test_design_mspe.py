@@ -139,3 +139,26 @@ def test_benchmark_conventions_and_bad_options(noisy):
     for bad in (dict(scorers=("scipy",)), dict(held_over="always"), dict(group_order="z")):
         with pytest.raises(BayesScalingError, match=list(bad)[0]):
             bs.design.run(noisy, method="random", seeds=[0], **bad)
+
+
+def test_the_law_on_a_growing_set_of_runs_compiles_one_program_per_row_bucket():
+    """``predictor`` and the Jacobians evaluate the law on the rows padded to a row bucket and cut
+    back: the same values as on the rows themselves, and one compiled program for 33 to 64 rows
+    (mspe on a vocab pool had compiled one per purchase, until LLVM could map no more code)."""
+    import jax
+
+    task = _task(0.003)
+    g = task.groups()[0]
+    theta = np.array([TRUE[p.name] for p in LAW.params])
+    jac = fitting.jacobian_theta(LAW)
+    pred = fitting.predictor(LAW)
+    x_all = {v: np.concatenate([a, a]) for v, a in g.x.items()}  # 60 rows
+    before = jac.jitted._cache_size()
+    for n in (33, 40, 47, 55, 60):
+        x = {v: a[:n] for v, a in x_all.items()}
+        f, J = jac(theta, x)
+        assert f.shape == (n,) and J.shape == (n, len(theta))
+        direct = jax.jit(lambda t, x: LAW.fn(dict(zip([p.name for p in LAW.params], t)), x))
+        np.testing.assert_allclose(f, np.asarray(direct(theta, x)), rtol=1e-12)
+        np.testing.assert_allclose(pred(theta[None], x)[0], f, rtol=1e-12)
+    assert jac.jitted._cache_size() - before <= 1

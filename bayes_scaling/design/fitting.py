@@ -27,7 +27,7 @@ from scipy.optimize import minimize
 
 from ..errors import DataError
 from ..fit import lbfgs_multistart
-from ..params import pad_rows
+from ..params import pad_rows, row_bucket
 from ..laws import Law
 from ..programs import Programs
 
@@ -195,6 +195,32 @@ def r2_clipped(y, pred) -> float:
     return float(np.clip(r2, -1.0, 1.0)) if math.isfinite(r2) else -1.0
 
 
+class RowPadded:
+    """A jitted ``f(a, x)`` over the rows of ``x`` (a dict of columns), called on the rows padded
+    to :func:`~bayes_scaling.params.row_bucket` (copies of the first row) and cut back after, in
+    NumPy: a method that evaluates the law on a growing set of bought runs or a shrinking pool
+    (``mspe``, ``v_opt``) compiles one program per bucket, not one per row count. Before, a vocab
+    job of ``mspe`` compiled one per purchase, and a process running several held so many that
+    LLVM could no longer map new code ("Cannot allocate memory")."""
+
+    def __init__(self, jitted, cut):
+        self.jitted, self.cut = jitted, cut
+
+    def __call__(self, a, x):
+        cols = {k: np.asarray(v) for k, v in x.items()}
+        n = len(next(iter(cols.values())))
+        rep = row_bucket(n) - n
+        if rep > 0:
+            cols = {k: np.concatenate([v, np.repeat(v[:1], rep, axis=0)]) for k, v in cols.items()}
+        out = self.jitted(a, cols)
+        return self.cut(jax.tree_util.tree_map(np.asarray, out), n)
+
+
+def _cut_rows(out, n):
+    """``(pred, J)`` cut to the first ``n`` rows."""
+    return out[0][:n], out[1][:n]
+
+
 @per_law
 def predictor(law: Law):
     """Jitted ``theta -> law(theta, x)`` for one parameter vector (or a batch along axis 0)."""
@@ -202,7 +228,7 @@ def predictor(law: Law):
     def one(theta, x):
         return law.fn(params_dict(law, theta), x)
 
-    return jax.jit(jax.vmap(one, in_axes=(0, None)))
+    return RowPadded(jax.jit(jax.vmap(one, in_axes=(0, None))), lambda out, n: out[..., :n])
 
 
 @per_law
@@ -216,7 +242,7 @@ def jacobian_u(law: Law):
     def both(u, x):
         return pred(u, x), jax.jacfwd(pred)(u, x)
 
-    return jax.jit(both)
+    return RowPadded(jax.jit(both), _cut_rows)
 
 
 @per_law
@@ -229,7 +255,7 @@ def jacobian_theta(law: Law):
     def both(theta, x):
         return pred(theta, x), jax.jacfwd(pred)(theta, x)
 
-    return jax.jit(both)
+    return RowPadded(jax.jit(both), _cut_rows)
 
 
 def best_of_weights(sse, k: int) -> np.ndarray:
