@@ -27,7 +27,7 @@ from scipy.optimize import minimize
 
 from ..errors import DataError
 from ..fit import lbfgs_multistart
-from ..params import pad_rows, row_bucket
+from ..params import pad_rows
 from ..laws import Law
 from ..programs import Programs
 
@@ -197,11 +197,11 @@ def r2_clipped(y, pred) -> float:
 
 class RowPadded:
     """A jitted ``f(a, x)`` over the rows of ``x`` (a dict of columns), called on the rows padded
-    to :func:`~bayes_scaling.params.row_bucket` (copies of the first row) and cut back after, in
-    NumPy: a method that evaluates the law on a growing set of bought runs or a shrinking pool
-    (``mspe``, ``v_opt``) compiles one program per bucket, not one per row count. Before, a vocab
-    job of ``mspe`` compiled one per purchase, and a process running several held so many that
-    LLVM could no longer map new code ("Cannot allocate memory")."""
+    to a row bucket (:func:`~bayes_scaling.params.pad_rows`: copies of the first row) and cut
+    back after, in NumPy: a method that evaluates the law on a growing set of bought runs or a
+    shrinking pool (``mspe``, ``v_opt``) compiles one program per bucket, not one per row count.
+    Before, a vocab job of ``mspe`` compiled one per purchase, and a process running several held
+    so many that LLVM could no longer map new code ("Cannot allocate memory")."""
 
     def __init__(self, jitted, cut):
         self.jitted, self.cut = jitted, cut
@@ -209,11 +209,8 @@ class RowPadded:
     def __call__(self, a, x):
         cols = {k: np.asarray(v) for k, v in x.items()}
         n = len(next(iter(cols.values())))
-        rep = row_bucket(n) - n
-        if rep > 0:
-            cols = {k: np.concatenate([v, np.repeat(v[:1], rep, axis=0)]) for k, v in cols.items()}
-        out = self.jitted(a, cols)
-        return self.cut(jax.tree_util.tree_map(np.asarray, out), n)
+        padded, _, _ = pad_rows(cols, np.zeros(n))
+        return self.cut(jax.tree_util.tree_map(np.asarray, self.jitted(a, padded)), n)
 
 
 def _cut_rows(out, n):
