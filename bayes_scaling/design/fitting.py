@@ -209,7 +209,7 @@ class RowPadded:
     def __call__(self, a, x):
         cols = {k: np.asarray(v) for k, v in x.items()}
         n = len(next(iter(cols.values())))
-        padded, _, _ = pad_rows(cols, np.zeros(n))
+        padded = pad_rows(cols, np.zeros(n))[0] if n else cols  # no row to copy: as it is
         return self.cut(jax.tree_util.tree_map(np.asarray, self.jitted(a, padded)), n)
 
 
