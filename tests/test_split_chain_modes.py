@@ -2,13 +2,15 @@
 best draw gives the modes, and the fit samples them again, each on its own
 (``chains.modes_of_split_chains``). Checked on a law whose posterior is symmetric in the sign of
 an exponent (two modes, a barrier at 0), given only one of them."""
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from bayes_scaling import bayes as B
 from bayes_scaling.bayes.api import _inference_data, _nuts_check
-from bayes_scaling.bayes.chains import drop_light_groups, modes_of_split_chains
+from bayes_scaling.bayes.chains import drop_light_groups, modes_of_split_chains, one_basin
 from bayes_scaling.laws import Law, Param
 from conftest import simulate
 
@@ -109,3 +111,45 @@ def test_groups_of_real_modes_are_kept(setup):
     split = {"ok": False, "chain_groups": [[0, 1], [2, 3]]}
     runs, diags, notes = drop_light_groups(spec, data, [run], [split], lambda r: 1 / 0, rng)
     assert runs[0] is run and diags[0] is split and notes == []
+
+
+def test_a_mode_whose_chains_fell_into_another_basin_is_one_basin_with_it(setup):
+    """``one_basin``: the chains of a point found on the way into a basin (3 sd from its mode)
+    end in that mode's Gaussian; the mirror mode's chains stay in their own."""
+    spec, data, one, _, s_neg, _, _ = setup
+    rng = np.random.default_rng(3)
+    neg = B.modes.modes_from(spec, data, [s_neg])[0]
+    near = dataclasses.replace(one[0], s=one[0].s + 3 * np.asarray(one[0].chol)[:, 0])
+    modes = [one[0], near, neg]
+    runs = [(_laplace_chains(one[0], 4, 400, rng),), (_laplace_chains(one[0], 4, 400, rng),),
+            (_laplace_chains(neg, 4, 400, rng),)]
+    keep, notes = one_basin(modes, runs, labels=[0, 5, 7], when=" in its first run")
+    assert keep == [0, 2]
+    assert len(notes) == 1 and notes[0].startswith("mode 5 (of those found) is one basin")
+    assert "in its first run" in notes[0]
+    keep, notes = one_basin([one[0], neg], [runs[0], runs[2]])
+    assert keep == [0, 1] and notes == []
+
+
+def test_a_mode_one_basin_with_another_gets_no_retries_of_its_own(setup, monkeypatch):
+    """fit_posterior leaves out a mode whose first chains fell into another's basin before the
+    ladder, so none of its retries is run (before, each such mode climbed the ladder on its own:
+    ScaleBench vocab sl_3 found three points of one curved ridge, and every one was retried)."""
+    from bayes_scaling.bayes import api
+
+    _, _, _, _, _, _, df = setup
+    found = api.find_modes
+
+    def with_a_point_on_the_way(spec, data, *args):
+        modes = found(spec, data, *args)
+        m = modes[0]
+        return [*modes, dataclasses.replace(m, s=m.s + 3 * np.asarray(m.chol)[:, 0])]
+
+    monkeypatch.setattr(api, "find_modes", with_a_point_on_the_way)
+    post = B.fit_posterior(LAW, df, seed=0, progress_bar=False, allow_unconverged=True)
+    extra = post.diagnostics["modes_found"] - 1  # the label of the point added
+    notes = post.diagnostics["notes"]
+    assert any(n.startswith(f"mode {extra} (of those found) is one basin") and
+               "in its first run (not run again)" in n for n in notes), notes
+    assert all(a["mode"] != extra for a in post.diagnostics["attempts"])
+    assert post.ok, post.diagnostics["failed"]

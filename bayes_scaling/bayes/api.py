@@ -15,7 +15,7 @@ from ..checks import check_fit_options
 from ..data import shifted_table
 from ..errors import BayesScalingError, MultimodalWarning
 from ..objective import data_hash
-from .chains import drop_light_groups, modes_of_split_chains, weigh_modes
+from .chains import drop_light_groups, modes_of_split_chains, one_basin, weigh_modes
 from .coordinates import is_level_block, level_pivot, linear_block, signed_blocks
 from .terms import power_blocks
 from .distributions import FlatPrior, HUBER_C
@@ -241,8 +241,15 @@ def fit_posterior(
                     first.append((run_modes([model], [m], whiten=whiten, rng=rng, seed=seed + k,
                                             **nuts_kw)[0], time.perf_counter() - t1))
                 start = "the mode, jittered"
+                # a mode one of whose first chains fell into another's basin is one basin with
+                # it: left out now, not after a ladder of retries of its own
+                labels, merged = one_basin(
+                    modes, [(_recoord(m, spec, data, f[0][0]),) for m, f in zip(models, first)],
+                    sides, side_of, when=" in its first run (not run again)")
+                models, first = [models[k] for k in labels], [first[k] for k in labels]
+                sides = None if sides is None else np.asarray(sides)[labels]
             else:
-                models, sides, side_of = [(spec, data)], None, None
+                models, sides, side_of, labels, merged = [(spec, data)], None, None, [0], []
                 center, chol = (top.s, top.chol) if whiten else (np.zeros(d), np.eye(d))
                 z0 = rng.uniform(-2.0, 2.0, (num_chains, d))
                 t1 = time.perf_counter()
@@ -252,11 +259,13 @@ def fit_posterior(
             runs, ladder_diags, attempts, notes = escalate(
                 models, first, check, rng, seed, nuts_kw, retries,
                 "the Laplace covariance at the mode" if whiten else "none (whiten=False)", start,
-                deadline, time_limit, stopped)
+                deadline, time_limit, stopped, labels)
             runs = [(_recoord(m, spec, data, s), extra) for m, (s, extra) in zip(models, runs)]
-            return runs, ladder_diags, attempts, notes, sides, side_of
+            return runs, ladder_diags, attempts, merged + notes, sides, side_of, labels
 
-        runs, ladder_diags, attempts, notes, sides, side_of = sample(modes, seed)
+        runs, ladder_diags, attempts, notes, sides, side_of, labels = sample(modes, seed)
+        if init == "map":
+            modes = [modes[k] for k in labels]
         found = (modes_of_split_chains(spec, data, modes, runs, ladder_diags)
                  if init == "map" and retries else None)
         if found is not None and deadline is not None and time.perf_counter() > deadline:
@@ -268,7 +277,9 @@ def fit_posterior(
                          f"distinct modes ({len(modes)} found before): sampled again, each mode "
                          "on its own")
             modes, n_found = found, len(found)
-            runs, ladder_diags, more, again, sides, side_of = sample(modes, seed + 104729)
+            runs, ladder_diags, more, again, sides, side_of, labels = sample(modes,
+                                                                             seed + 104729)
+            modes = [modes[k] for k in labels]
             attempts, notes = attempts + more, notes + again
         elif init == "map" and retries and len(runs) == 1:
             runs, ladder_diags, light = drop_light_groups(
@@ -276,7 +287,7 @@ def fit_posterior(
             notes += light
         if init == "map":
             keep, weights, mode_diags, dropped = weigh_modes(spec, data, vdf, runs, modes, rng,
-                                                          ladder_diags, sides, side_of)
+                                                          ladder_diags, sides, side_of, labels)
             modes, notes = [modes[k] for k in keep], notes + dropped
         else:
             keep, weights, mode_diags = [0], [1.0], ladder_diags

@@ -19,36 +19,51 @@ def _log_density(spec, data):
     return lambda x: np.asarray(log_joint_batch(spec)(jnp.asarray(x), data))
 
 
-def weigh_modes(spec, data, vdf, runs, modes, rng, diags, sides=None, side_of=None):
-    """Diagnose each mode's chains within the mode, drop modes one of whose chains ended in
-    another mode's basin (the two are one basin: a chain fell from one into the other), weight
-    the rest by their bridge-sampled mass and drop those weighing less than
-    ``MIN_MODE_WEIGHT``. ``diags[k]``: mode ``k``'s diagnostics (computed within the mode).
+def one_basin(modes, runs, sides=None, side_of=None, labels=None, when=""):
+    """The modes found that are one basin with another: a mode one of whose chains (``runs[k]``,
+    in the sampling space) ended mostly in another mode's basin (the modes' Laplace Gaussians,
+    :class:`~.modes.Basins`) fell into it from where it was found, and is left out (the mode
+    with the smallest share of its own basin first, then the others again). ``labels`` name the
+    modes in the notes (their places among those found); ``when`` is said of the chains.
 
-    Returns ``(keep, weights, diagnostics, notes)``: the indices of the kept modes, their
-    weights and diagnostics, and one note per dropped mode."""
-    d = len(spec.sampled)
+    Returns ``(keep, notes)``: the indices of the modes kept and one note per mode left out."""
+    d = len(modes[0].s)
+    labels = list(range(len(runs))) if labels is None else list(labels)
     keep, notes = list(range(len(runs))), []
-
-    def by_side(ks):
-        return dict(sides=None if sides is None else sides[ks], side_of=side_of)
-
-    # the basins of the modes found (their Laplace Gaussians): a mode one of whose chains ended
-    # mostly in another's basin fell into it from where it was found
     found = Basins(np.stack([m.s for m in modes]),
                    np.stack([np.linalg.cholesky(m.cov + 1e-12 * np.trace(m.cov) * np.eye(d))
                              for m in modes]))
     while len(keep) > 1:
-        sub = Basins(found.means[keep], found.chols[keep], **by_side(keep))
+        sub = Basins(found.means[keep], found.chols[keep],
+                     None if sides is None else np.asarray(sides)[keep], side_of)
         own = [min(np.mean(sub.assign(chain) == j) for chain in runs[k][0])
                for j, k in enumerate(keep)]
         if min(own) >= 0.5:
             break
         j = int(np.argmin(own))
-        notes.append(f"mode {keep[j]} (of those found) is one basin with another: "
-                     f"{1 - own[j]:.0%} of one of its chains ended in another mode's basin; "
-                     "its draws are left out")
+        notes.append(f"mode {labels[keep[j]]} (of those found) is one basin with another: "
+                     f"{1 - own[j]:.0%} of one of its chains ended in another mode's basin"
+                     f"{when}; its draws are left out")
         del keep[j]
+    return keep, notes
+
+
+def weigh_modes(spec, data, vdf, runs, modes, rng, diags, sides=None, side_of=None,
+                labels=None):
+    """Diagnose each mode's chains within the mode, drop modes that are one basin with another
+    (:func:`one_basin`), weight the rest by their bridge-sampled mass and drop those weighing
+    less than ``MIN_MODE_WEIGHT``. ``diags[k]``: mode ``k``'s diagnostics (computed within the
+    mode); ``labels[k]``: its place among the modes found (the notes' numbering).
+
+    Returns ``(keep, weights, diagnostics, notes)``: the indices of the kept modes, their
+    weights and diagnostics, and one note per dropped mode."""
+    d = len(spec.sampled)
+    labels = list(range(len(runs))) if labels is None else list(labels)
+    keep, notes = one_basin(modes, runs, sides, side_of, labels)
+
+    def by_side(ks):
+        return dict(sides=None if sides is None else np.asarray(sides)[ks], side_of=side_of)
+
     weights = np.ones(1)
     while len(keep) > 1:
         log_z, _ = basin_log_masses(_log_density(spec, data),
@@ -58,7 +73,7 @@ def weigh_modes(spec, data, vdf, runs, modes, rng, diags, sides=None, side_of=No
         if weights.min() >= MIN_MODE_WEIGHT:
             break
         j = int(np.argmin(weights))
-        notes.append(f"mode {keep[j]} (of those found) dropped: its bridge-sampled weight "
+        notes.append(f"mode {labels[keep[j]]} (of those found) dropped: its bridge-sampled weight "
                      f"{weights[j]:.1e} is below {MIN_MODE_WEIGHT:g}")
         del keep[j]
         weights = np.ones(1)

@@ -46,7 +46,7 @@ def funnel_correlation(s, funnel) -> float:
 
 
 def escalate(models, first, check, rng, seed, nuts_kw, retries, whitened_by, start,
-             deadline=None, time_limit=None, stopped=None):
+             deadline=None, time_limit=None, stopped=None, labels=None):
     """The escalation ladder: retry each run that fails its checks, at most ``retries`` times
     within the cost cap, each retry chosen by :func:`~.nuts.next_attempt` from what failed
     (divergences: a smaller step after a longer warm-up, or, when the draws are a funnel in
@@ -59,7 +59,8 @@ def escalate(models, first, check, rng, seed, nuts_kw, retries, whitened_by, sta
     ``models[k]`` the ``(spec, data)`` it is sampled in; ``check(spec, data, run)`` gives a
     run's diagnostics. With ``deadline`` (a ``time.perf_counter()`` value; ``time_limit`` the
     seconds it stands for), a retry whose predicted seconds (:func:`predicted_seconds`) pass it
-    is not started, and a line saying so is appended to ``stopped``.
+    is not started, and a line saying so is appended to ``stopped``. ``labels[k]``: run ``k``'s
+    place among the modes found (the records' and notes' numbering, and its seeds').
 
     Returns ``(runs, diagnostics, attempts, notes)``: the last run of each mode and its
     diagnostics, one record per attempt (what, why, settings, diagnostics after it) and one note
@@ -68,6 +69,7 @@ def escalate(models, first, check, rng, seed, nuts_kw, retries, whitened_by, sta
     stopped = [] if stopped is None else stopped
     C = nuts_kw["num_chains"]
     for k, ((spec_k, data_k), (run, secs)) in enumerate(zip(models, first)):
+        k = k if labels is None else int(labels[k])
         kw, spent = dict(nuts_kw), nuts_kw["num_warmup"] + nuts_kw["num_samples"]
         basis = whitened_by  # what the current run's coordinates are whitened by
         funnel = None  # the index of log sigma once a retry is non-centred on it
