@@ -15,7 +15,7 @@ from ..checks import check_fit_options
 from ..data import shifted_table
 from ..errors import BayesScalingError, MultimodalWarning
 from ..objective import data_hash
-from .chains import drop_light_groups, modes_of_split_chains, one_basin, weigh_modes
+from .chains import drop_light_groups, first_runs, modes_of_split_chains, weigh_modes
 from .coordinates import is_level_block, level_pivot, linear_block, signed_blocks
 from .terms import power_blocks
 from .distributions import FlatPrior, HUBER_C
@@ -235,19 +235,18 @@ def fit_posterior(
             """The first run of every mode and its escalation ladder."""
             if init == "map":
                 models, sampled, sides, side_of = _sides(spec, data, vdf, modes, kw)
-                first = []
-                for k, (model, m) in enumerate(zip(models, sampled)):
+
+                def run(k):
                     t1 = time.perf_counter()
-                    first.append((run_modes([model], [m], whiten=whiten, rng=rng, seed=seed + k,
-                                            **nuts_kw)[0], time.perf_counter() - t1))
-                start = "the mode, jittered"
-                # a mode one of whose first chains fell into another's basin is one basin with
-                # it: left out now, not after a ladder of retries of its own
-                labels, merged = one_basin(
-                    modes, [(_recoord(m, spec, data, f[0][0]),) for m, f in zip(models, first)],
-                    sides, side_of, when=" in its first run (not run again)")
-                models, first = [models[k] for k in labels], [first[k] for k in labels]
+                    return (run_modes([models[k]], [sampled[k]], whiten=whiten, rng=rng,
+                                      seed=seed + k, **nuts_kw)[0], time.perf_counter() - t1)
+
+                # a mode one basin with another is left out before its ladder of retries
+                labels, first, merged = first_runs(
+                    modes, run, lambda k, s: _recoord(models[k], spec, data, s), sides, side_of)
+                models = [models[k] for k in labels]
                 sides = None if sides is None else np.asarray(sides)[labels]
+                start = "the mode, jittered"
             else:
                 models, sides, side_of, labels, merged = [(spec, data)], None, None, [0], []
                 center, chol = (top.s, top.chol) if whiten else (np.zeros(d), np.eye(d))

@@ -19,6 +19,15 @@ def _log_density(spec, data):
     return lambda x: np.asarray(log_joint_batch(spec)(jnp.asarray(x), data))
 
 
+def _laplace_basins(modes, sides=None, side_of=None) -> Basins:
+    """The basins of ``modes`` by their Laplace Gaussians (with their sides, if any)."""
+    d = len(modes[0].s)
+    return Basins(np.stack([m.s for m in modes]),
+                  np.stack([np.linalg.cholesky(m.cov + 1e-12 * np.trace(m.cov) * np.eye(d))
+                            for m in modes]),
+                  None if sides is None else np.asarray(sides), side_of)
+
+
 def one_basin(modes, runs, sides=None, side_of=None, labels=None, when=""):
     """The modes found that are one basin with another: a mode one of whose chains (``runs[k]``,
     in the sampling space) ended mostly in another mode's basin (the modes' Laplace Gaussians,
@@ -27,15 +36,11 @@ def one_basin(modes, runs, sides=None, side_of=None, labels=None, when=""):
     modes in the notes (their places among those found); ``when`` is said of the chains.
 
     Returns ``(keep, notes)``: the indices of the modes kept and one note per mode left out."""
-    d = len(modes[0].s)
     labels = list(range(len(runs))) if labels is None else list(labels)
     keep, notes = list(range(len(runs))), []
-    found = Basins(np.stack([m.s for m in modes]),
-                   np.stack([np.linalg.cholesky(m.cov + 1e-12 * np.trace(m.cov) * np.eye(d))
-                             for m in modes]))
     while len(keep) > 1:
-        sub = Basins(found.means[keep], found.chols[keep],
-                     None if sides is None else np.asarray(sides)[keep], side_of)
+        sub = _laplace_basins([modes[k] for k in keep],
+                              None if sides is None else np.asarray(sides)[keep], side_of)
         own = [min(np.mean(sub.assign(chain) == j) for chain in runs[k][0])
                for j, k in enumerate(keep)]
         if min(own) >= 0.5:
@@ -46,6 +51,36 @@ def one_basin(modes, runs, sides=None, side_of=None, labels=None, when=""):
                      f"{when}; its draws are left out")
         del keep[j]
     return keep, notes
+
+
+def first_runs(modes, run, in_space, sides=None, side_of=None):
+    """Each mode's first run, in the order found, leaving out the modes that are one basin with
+    another (the threshold of :func:`one_basin`): a mode in whose basin one chain of a mode
+    already run ended mostly is not run (that chain explores it); after the runs, a mode one of
+    whose chains fell into another's basin. ``run(k)`` gives mode ``k``'s first run and its
+    seconds, ``in_space(k, s)`` the draws ``s`` of mode ``k``'s run in the sampling space.
+
+    Returns ``(labels, first, notes)``: the modes kept (their indices), their first runs and
+    one note per mode left out (no ladder of retries is climbed for it)."""
+    labels, first, drawn, notes = [], [], [], []
+    for k in range(len(modes)):
+        if labels:
+            ks = labels + [k]
+            basins = _laplace_basins([modes[j] for j in ks],
+                                     None if sides is None else np.asarray(sides)[ks], side_of)
+            share, j = max((float(np.mean(basins.assign(chain) == len(labels))), j)
+                           for j, s in zip(labels, drawn) for chain in s)
+            if share >= 0.5:
+                notes.append(f"mode {k} (of those found) is one basin with mode {j}: {share:.0%} "
+                             f"of one of mode {j}'s chains ended in its basin; not run on its own")
+                continue
+        first.append(run(k))
+        drawn.append(in_space(k, first[-1][0][0]))
+        labels.append(k)
+    keep, more = one_basin([modes[k] for k in labels], [(s,) for s in drawn],
+                           None if sides is None else np.asarray(sides)[labels], side_of,
+                           labels, when=" in its first run (not run again)")
+    return [labels[i] for i in keep], [first[i] for i in keep], notes + more
 
 
 def weigh_modes(spec, data, vdf, runs, modes, rng, diags, sides=None, side_of=None,
