@@ -10,6 +10,7 @@ import pytest
 
 from bayes_scaling import bayes as B
 from bayes_scaling.bayes.api import _inference_data, _nuts_check
+from bayes_scaling.bayes.nuts import jittered_inits
 from bayes_scaling.bayes.chains import (drop_light_groups, first_runs, modes_of_split_chains,
                                         one_basin)
 from bayes_scaling.laws import Law, Param
@@ -177,3 +178,25 @@ def test_a_mode_an_earlier_chain_explores_is_not_run_on_its_own(setup):
     assert notes == [notes[0]] and notes[0].startswith(
         "mode 1 (of those found) is one basin with mode 0: ")
     assert notes[0].endswith("of one of mode 0's chains ended in its basin; not run on its own")
+
+
+def test_starts_stay_near_the_mode_where_its_gaussian_misleads(setup):
+    """``jittered_inits``: a jitter of half the Laplace sd is kept where the Gaussian describes
+    the mode (the same starts as plain jitter); where it does not (its covariance 10^4 times too
+    wide, as along a ridge's end), the jitter shrinks until the start is at most ``5 + d`` nats
+    below the mode."""
+    spec, data, one, _, _, _, _ = setup
+    m = one[0]
+    d = len(m.s)
+    f = B.model.log_joint_batch(spec)
+    lp_mode = float(np.asarray(f(np.asarray(m.s)[None], data))[0])
+    eye, zero = np.eye(d), np.zeros(d)
+    plain = jittered_inits(spec, data, [m], zero, eye, 4, np.random.default_rng(5))
+    expect = m.s[None] + 0.5 * np.random.default_rng(5).standard_normal((4, d)) @ np.asarray(
+        m.chol).T
+    np.testing.assert_allclose(plain, expect, rtol=1e-12)
+    wide = dataclasses.replace(m, chol=100 * np.asarray(m.chol), cov=1e4 * np.asarray(m.cov))
+    z = jittered_inits(spec, data, [wide], zero, eye, 4, np.random.default_rng(5))
+    lp = np.asarray(f(z, data))
+    assert np.all(lp >= lp_mode - 5 - d), lp - lp_mode
+    assert np.all(np.abs(z - m.s).max(1) > 0)  # still jittered, not all at the mode
