@@ -48,11 +48,12 @@ agreement), and writes ``summary.md``.
 
 Usage:
     nice -n 15 .venv/bin/python benchmarks/posteriors.py [--only REGEX] [--max-cases N]
-        [--roles reference default] [--redo-default] [--ref-timeout S] [--summary-only]
+        [--roles reference default] [--redo-default [--no-reference]] [--ref-timeout S]
+        [--summary-only]
     .venv/bin/python benchmarks/posteriors.py --list
 
 ``--redo-default`` reruns the default engine (seeds 0, 1, 2) on every selected case with a
-finished reference, once per engine version (the last commit that changed ``bayes_scaling/``,
+finished reference (with ``--no-reference``, every selected case), once per engine version (the last commit that changed ``bayes_scaling/``,
 ``+dirty`` with uncommitted changes there): a default line already measured on it is kept. The summary reads the latest line of each (case, role, seed).
 """
 from __future__ import annotations
@@ -957,6 +958,9 @@ def main(argv=None):
     ap.add_argument("--write", action="store_true",
                     help="also put the totals in BENCHMARKS.md's 'Posterior suite' section")
     ap.add_argument("--results", default=str(RESULTS))
+    ap.add_argument("--no-reference", action="store_true",
+                    help="with --redo-default, also the selected cases without a reference "
+                         "(vocab's: none is affordable)")
     ap.add_argument("--summary", default=str(SUMMARY))
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--cpu-cap", type=int, help=argparse.SUPPRESS)
@@ -994,7 +998,7 @@ def main(argv=None):
                 continue
             records = read_results(path)
             for role in roles:
-                if role == "default" and args.redo_default and not any(
+                if role == "default" and args.redo_default and not args.no_reference and not any(
                         r["case"] == c.name and r["role"] == "reference" for r in records):
                     continue
                 seeds = pending(c, role, records, redo_engine=redo)
