@@ -283,11 +283,11 @@ def jittered_inits(spec, data, modes, center, chol, num_chains, rng, scale=0.5, 
     leave a chain there, its step size adapted to nothing (ScaleBench vocab sl_9: a chain 513
     nats below the others, step size 0, every iteration at the largest tree)."""
     f = log_joint_batch(spec)
+    floors = np.asarray(f(jnp.asarray(np.stack([m.s for m in modes])), data)) - 5 - len(center)
     z0 = []
     for c in range(num_chains):
-        m = modes[c % len(modes)]
+        m, floor = modes[c % len(modes)], floors[c % len(modes)]
         zm = np.linalg.solve(chol, m.s - center)
-        floor = float(np.asarray(f(jnp.asarray(center + chol @ zm)[None], data))[0]) - 5 - len(zm)
         sc = scale
         for _ in range(tries):
             z = zm + sc * np.linalg.solve(chol, m.chol @ rng.standard_normal(len(zm)))
