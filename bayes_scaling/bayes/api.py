@@ -139,7 +139,9 @@ def fit_posterior(
     Returns:
         :class:`Posterior`. With NUTS from the modes (``init="map"``), a posterior with several
         separated modes is a weighted mixture: each mode's chains are diagnosed within the mode,
-        modes one of whose chains ended in another's basin are dropped as duplicates, the rest
+        modes one of whose chains ended in another's basin are dropped as duplicates (at their
+        first run, before any retry; a mode in whose basin a chain of a mode already run mostly
+        ended is not run at all: :func:`~.chains.first_runs`), the rest
         are weighted by their bridge-sampled posterior mass (:func:`basin_log_masses`; below
         ``MIN_MODE_WEIGHT`` a mode is dropped), and the stored chains hold every mode's draws in
         proportion to its weight. When a coordinate block splits the space into sides (e.g. the
