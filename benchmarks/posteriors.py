@@ -53,8 +53,10 @@ Usage:
     .venv/bin/python benchmarks/posteriors.py --list
 
 ``--redo-default`` reruns the default engine (seeds 0, 1, 2) on every selected case with a
-finished reference (with ``--no-reference``, every selected case), once per engine version (the last commit that changed ``bayes_scaling/``,
-``+dirty`` with uncommitted changes there): a default line already measured on it is kept. The summary reads the latest line of each (case, role, seed).
+finished reference (with ``--no-reference``, every selected case), once per engine version (the
+last commit that changed ``bayes_scaling/``, ``+dirty`` with uncommitted changes there): a
+default line already measured on it is kept. The summary reads the latest line of each (case,
+role, seed).
 """
 from __future__ import annotations
 
@@ -998,8 +1000,9 @@ def main(argv=None):
                 continue
             records = read_results(path)
             for role in roles:
-                if role == "default" and args.redo_default and not args.no_reference and not any(
-                        r["case"] == c.name and r["role"] == "reference" for r in records):
+                needs_ref = role == "default" and args.redo_default and not args.no_reference
+                if needs_ref and not any(r["case"] == c.name and r["role"] == "reference"
+                                         for r in records):
                     continue
                 seeds = pending(c, role, records, redo_engine=redo)
                 if not seeds:
