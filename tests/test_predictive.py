@@ -77,6 +77,31 @@ def test_noise_follows_the_likelihood():
     assert q["normal"] < q["huber"] < q["student_t"]
 
 
+@pytest.mark.parametrize("likelihood", ["huber", "student_t", "normal"])
+def test_noise_of_any_shape_is_its_own_draws_from_one_program_per_bucket(likelihood):
+    """standard_noise draws a power-of-two bucket and keeps the first prod(shape) draws: they
+    must be the draws of that shape generated directly (to rounding: XLA may fuse the two
+    programs differently), and shapes of one bucket must share one compiled program."""
+    from bayes_scaling.bayes import likelihood as lk
+
+    key = jax.random.PRNGKey(7)
+    direct = {"huber": lambda k, s: bs.bayes.distributions.huber_standard_sample(k, s, 1.345),
+              "student_t": lambda k, s: jax.random.t(k, 4.0, s),
+              "normal": jax.random.normal}[likelihood]
+    for shape in [(3,), (40, 25), (9, 1000), (2, 3, 5)]:
+        got = np.asarray(lk.standard_noise(likelihood, key, shape, c=1.345, student_df=4.0))
+        assert got.shape == shape
+        want = jax.jit(direct, static_argnums=1)(key, shape)
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-13, atol=1e-15)
+    b = lk.NOISE_MIN_BUCKET
+    assert lk.noise_bucket(1) == lk.noise_bucket(b) == b and lk.noise_bucket(b + 1) == 2 * b
+    assert lk.noise_bucket(3 * b) == 4 * b
+    lk._flat_noise.clear_cache()
+    for shape in [(40, 25), (1000,), (8, 100), (1, 1)]:  # 1000, 1000, 800, 1 draws: one bucket
+        lk.standard_noise(likelihood, key, shape)
+    assert lk._flat_noise._cache_size() == 1
+
+
 def test_law_inputs_reads_tables_and_traced_columns():
     dcpt = bs.laws.get("dcpt")
     got = pr.law_inputs(LAW, ROWS)
