@@ -21,6 +21,7 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
@@ -71,7 +72,10 @@ def standard_noise(likelihood, key, shape, c=HUBER_C, student_df=STUDENT_DF):
     shape = tuple(int(d) for d in shape)
     n = math.prod(shape)
     flat = _flat_noise(check_likelihood(likelihood), key, noise_bucket(n), c, student_df)
-    return flat[:n].reshape(shape)
+    if isinstance(flat, jax.core.Tracer):  # inside a traced function: part of its program
+        return flat[:n].reshape(shape)
+    # eagerly, cut on the host: an eager slice would compile a program per shape again
+    return jnp.asarray(np.asarray(flat)[:n].reshape(shape))
 
 
 class Observation(dist.Distribution):
