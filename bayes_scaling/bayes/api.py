@@ -98,7 +98,8 @@ def fit_posterior(
             ``use_chain_devices(num_chains)`` before JAX starts (the CLI does it):
             parallel chains share the cores and each stops its trees on its own; on the Form-3
             benchmark this took 34 s against 55 s vectorized on 2 cores (BENCHMARKS.md).
-        progress_bar: show NumPyro's progress bar while sampling.
+        progress_bar: a bar on stderr over each sampling run's iterations, in its phase (warm-up,
+            sampling); never shown in CI or a pytest worker (``bs.bayes.progress``).
         max_iter: L-BFGS iterations per start.
         allow_unconverged: accept a posterior that fails its convergence checks for later use
             (stored as ``post.settings["allow_unconverged"]``; a failed posterior is otherwise

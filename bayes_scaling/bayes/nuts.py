@@ -21,6 +21,7 @@ from ..errors import BayesScalingError, ConvergenceWarning
 from .distributions import FlatPrior
 from .divergences import describe_sites, divergence_sites
 from .model import cached, log_joint_batch, log_joint_z, unwhiten, whiten_funnel
+from . import progress
 from .priors import draw_prior
 from .spec import Spec
 
@@ -37,7 +38,7 @@ def _whitened_model(spec: Spec, funnel=None):
     d = len(spec.sampled)
     log_joint = log_joint_z(spec, funnel)
 
-    def model(data, center, chol):
+    def model(data, center, chol, report):  # report: the progress bar's flag (progress.py)
         z = numpyro.sample("z", dist.ImproperUniform(constraints.real_vector, (), (d,)))
         numpyro.factor("log_joint", log_joint(z, data, center, chol))
 
@@ -45,24 +46,25 @@ def _whitened_model(spec: Spec, funnel=None):
 
 
 def _mcmc(spec, *, num_chains, num_warmup, num_samples, chain_method, dense_mass, target_accept,
-          max_tree_depth, progress_bar, shapes=(), funnel=None):
+          max_tree_depth, shapes=(), funnel=None):
     """A NumPyro MCMC object for ``spec``, cached so later fits of the same shape reuse its
     compiled program (the data, centre and whitening matrix are jitted arguments). ``shapes``
     (the data's array shapes) is part of the key: a cached MCMC object re-run on arrays of
     another shape fails inside NumPyro's vectorised chains; so is ``funnel``
     (:func:`~.model.unwhiten`)."""
-    from numpyro.infer import MCMC, NUTS
+    from numpyro.infer import MCMC
 
     def build():
-        kernel = NUTS(_whitened_model(spec, funnel), dense_mass=dense_mass,
-                      target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
-                      init_strategy=numpyro.infer.init_to_median)
+        kernel = progress.ReportingNUTS(
+            _whitened_model(spec, funnel), dense_mass=dense_mass, target_accept_prob=target_accept,
+            max_tree_depth=max_tree_depth, init_strategy=numpyro.infer.init_to_median,
+            vectorized=chain_method == "vectorized" and num_chains > 1)
         return MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                     chain_method=_vectorized if chain_method == "vectorized" else chain_method,
-                    progress_bar=progress_bar, jit_model_args=True)
+                    progress_bar=False, jit_model_args=True)  # the bar: progress.py
 
     key = ("mcmc", num_chains, num_warmup, num_samples, chain_method, dense_mass, target_accept,
-           max_tree_depth, progress_bar, shapes) + ((funnel,) if funnel is not None else ())
+           max_tree_depth, shapes) + ((funnel,) if funnel is not None else ())
     return cached(key, spec, build)
 
 
@@ -80,7 +82,7 @@ def _vectorized(run_chain):
     fn = getattr(run_chain, "func", None)
     owner = getattr(fn, "__self__", None)  # the (cached) MCMC object
     if owner is None or "args" not in static or "kwargs" not in static:
-        return jax.jit(jax.vmap(run_chain))  # a NumPyro of another shape: one program per fit
+        return jax.jit(jax.vmap(run_chain, axis_name=progress.CHAINS))  # one program per fit
     args, kwargs = static.pop("args"), static.pop("kwargs")
     key = (tuple(sorted(static.items())),
            tuple(sorted(getattr(owner, "_collection_params", {}).items())))
@@ -89,7 +91,8 @@ def _vectorized(run_chain):
         def one_chain(init, a, k):
             return fn(init, args=a, kwargs=k, **static)
 
-        programs[key] = jax.jit(jax.vmap(one_chain, in_axes=(0, None, None)))
+        programs[key] = jax.jit(jax.vmap(one_chain, in_axes=(0, None, None),
+                                         axis_name=progress.CHAINS))
     program = programs[key]
     return lambda map_args: program(map_args, args, kwargs)
 
@@ -107,16 +110,19 @@ def run_nuts(spec, data, center, chol, init_z, *, seed, resume=None, funnel=None
     ``funnel``: the index of ``log sigma``, whose value scales the other coordinates' distance
     from the centre (:func:`~.model.unwhiten`; the ladder's non-centred retry)."""
     shapes = tuple(np.shape(a) for a in jax.tree_util.tree_leaves(data))
+    bar = progress.wanted(kw.pop("progress_bar", False))
     mcmc = _mcmc(spec, shapes=shapes, funnel=funnel, **kw)
     mcmc._warmup_state = resume  # None: a cached object must warm up again on new data
     init_z = jnp.asarray(init_z)
     if kw["num_chains"] == 1:  # NumPyro takes one chain's start without the chain axis
         init_z = init_z[0]
     try:
-        mcmc.run(jax.random.PRNGKey(seed), data, jnp.asarray(center), jnp.asarray(chol),
-                 init_params={"z": init_z},
-                 extra_fields=("diverging", "energy", "num_steps", "accept_prob",
-                               "adapt_state.step_size", "potential_energy"))
+        with progress.showing(bar, num_chains=kw["num_chains"], num_samples=kw["num_samples"],
+                              num_warmup=0 if resume is not None else kw["num_warmup"]):
+            mcmc.run(jax.random.PRNGKey(seed), data, jnp.asarray(center), jnp.asarray(chol),
+                     jnp.asarray(bar), init_params={"z": init_z},
+                     extra_fields=("diverging", "energy", "num_steps", "accept_prob",
+                                   "adapt_state.step_size", "potential_energy"))
     finally:
         mcmc._warmup_state = None
     z = np.asarray(mcmc.get_samples(group_by_chain=True)["z"])  # (chains, draws, d)

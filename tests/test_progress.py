@@ -1,0 +1,81 @@
+"""The NUTS progress bar (bayes_scaling.bayes.progress): chains run vectorised in one compiled
+program report their iterations to a bar on stderr, without changing a single draw, and NumPyro's
+warning that it turns its own bar off for such chains is not raised."""
+import warnings
+
+import numpy as np
+import pandas as pd
+
+import bayes_scaling as bs
+from bayes_scaling.bayes import progress
+from conftest import simulate
+
+GRID = pd.DataFrame({"N": np.repeat(np.geomspace(1e7, 1e9, 6), 4),
+                     "D": np.repeat(np.geomspace(1e7, 1e9, 6), 4) * np.tile([5, 10, 20, 40], 6)})
+
+
+def _fit(bar):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        post = bs.fit_posterior("chinchilla", simulate("chinchilla", GRID, noise=0.01, seed=3),
+                                num_warmup=150, num_samples=150, seed=0, progress_bar=bar,
+                                allow_unconverged=True, chain_method="vectorized")
+    return post, [str(w.message) for w in caught]
+
+
+class Bar:
+    """Records what a ``tqdm`` bar is told."""
+    made: list = []
+
+    def __init__(self, total, **kw):
+        self.total, self.n, self.updates, self.phases, self.closed = total, 0, 0, [], False
+        Bar.made.append(self)
+
+    def update(self, k):
+        self.n += k
+        self.updates += 1
+
+    def set_description(self, text, refresh=True):
+        self.phases.append(text)
+
+    def close(self):
+        self.closed = True
+
+
+def test_the_bar_follows_the_chains_and_changes_no_draw(monkeypatch):
+    import tqdm
+
+    for name in progress.QUIET_ENV:  # the bar is off in pytest workers and CI, as NumPyro's
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(tqdm, "tqdm", Bar)
+    assert progress.wanted(True) and not progress.wanted(False)
+    quiet, _ = _fit(False)
+    assert Bar.made == []
+    shown, messages = _fit(True)
+    assert not any("progress bar" in m for m in messages), messages
+    first = Bar.made[0]  # the first run: warm-up then sampling, reported as it went
+    assert first.total == 300 and first.n == 300 and first.closed
+    assert first.updates >= 300 // progress.EVERY - 1
+    assert first.phases.index("sampling") > first.phases.index("warm-up")
+    assert all(b.n == b.total and b.closed for b in Bar.made)
+    for name in quiet.param_names:
+        np.testing.assert_array_equal(shown.draws(name), quiet.draws(name))
+    monkeypatch.setenv("CI", "1")
+    assert not progress.wanted(True)
+
+
+class BrokenBar(Bar):
+    def update(self, k):
+        raise RuntimeError("a terminal that cannot be written to")
+
+
+def test_a_bar_that_fails_does_not_fail_the_fit(monkeypatch):
+    import tqdm
+
+    for name in progress.QUIET_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(tqdm, "tqdm", BrokenBar)
+    post, _ = _fit(True)
+    quiet, _ = _fit(False)
+    for name in quiet.param_names:
+        np.testing.assert_array_equal(post.draws(name), quiet.draws(name))
