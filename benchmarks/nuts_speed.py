@@ -154,15 +154,16 @@ def refits(n, seed0=0):
     fit: variant, index, wall seconds."""
     import jax
     import bayes_scaling as bs
-    from bayes_scaling.bayes import nuts
+    from bayes_scaling.bayes import nuts, progress
 
     law = bs.laws.get("chinchilla")
     grid = pd.DataFrame([{"N": n_, "D": n_ * t} for n_ in (1e7, 2e7, 4e7, 8e7, 1.6e8)
                          for t in (5, 10, 20, 40, 80, 160, 320, 640)])
     truth = np.asarray(law(law.example, grid))
     build = nuts._mcmc
-    variants = {"arguments": nuts._vectorized,
-                "constants": lambda run_chain: jax.jit(jax.vmap(run_chain))}
+    variants = {"arguments": progress.vectorized_chains,
+                "constants": lambda run_chain: jax.jit(jax.vmap(run_chain,
+                                                                axis_name=progress.CHAINS))}
     rows = []
     for i in range(n):
         for name, method in variants.items():

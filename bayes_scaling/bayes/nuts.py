@@ -60,41 +60,12 @@ def _mcmc(spec, *, num_chains, num_warmup, num_samples, chain_method, dense_mass
             max_tree_depth=max_tree_depth, init_strategy=numpyro.infer.init_to_median,
             vectorized=chain_method == "vectorized" and num_chains > 1)
         return MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                    chain_method=_vectorized if chain_method == "vectorized" else chain_method,
+                    chain_method=progress.vectorized_chains if chain_method == "vectorized" else chain_method,
                     progress_bar=False, jit_model_args=True)  # the bar: progress.py
 
     key = ("mcmc", num_chains, num_warmup, num_samples, chain_method, dense_mass, target_accept,
            max_tree_depth, shapes) + ((funnel,) if funnel is not None else ())
     return cached(key, spec, build)
-
-
-def _vectorized(run_chain):
-    """NumPyro's vectorised chains as one compiled program: the chains' initialisation (its
-    model trace, first gradient, mass matrix and step size), warm-up and sampling. NumPyro's own
-    ``"vectorized"`` initialises the chains eagerly, one compiled program per operation.
-
-    NumPyro hands a chain method ``partial(_single_chain_mcmc, args=..., kwargs=...)``: compiled
-    as it is, the model's arguments (the data, centre and whitening matrix) would be constants of
-    the program, so every fit would compile a new one (7 s of an 8 s Chinchilla fit). Here they are
-    arguments of a program kept on the MCMC object, which later fits of the same shapes reuse (and
-    whose compiled form the persistent cache finds across processes)."""
-    static = dict(getattr(run_chain, "keywords", None) or {})
-    fn = getattr(run_chain, "func", None)
-    owner = getattr(fn, "__self__", None)  # the (cached) MCMC object
-    if owner is None or "args" not in static or "kwargs" not in static:
-        return jax.jit(jax.vmap(run_chain, axis_name=progress.CHAINS))  # one program per fit
-    args, kwargs = static.pop("args"), static.pop("kwargs")
-    key = (tuple(sorted(static.items())),
-           tuple(sorted(getattr(owner, "_collection_params", {}).items())))
-    programs = owner.__dict__.setdefault("_bayes_scaling_programs", {})
-    if key not in programs:
-        def one_chain(init, a, k):
-            return fn(init, args=a, kwargs=k, **static)
-
-        programs[key] = jax.jit(jax.vmap(one_chain, in_axes=(0, None, None),
-                                         axis_name=progress.CHAINS))
-    program = programs[key]
-    return lambda map_args: program(map_args, args, kwargs)
 
 
 #: the key of a run's ``extra`` that holds what :func:`continue_nuts` needs (the whitening and the
