@@ -51,6 +51,7 @@ Usage:
         [--roles reference default] [--redo-default [--no-reference]] [--ref-timeout S]
         [--summary-only]
     .venv/bin/python benchmarks/posteriors.py --list
+    .venv/bin/python benchmarks/posteriors.py --probe CASE SEED [--probe-draws 200]
 
 ``--redo-default`` reruns the default engine (seeds 0, 1, 2) on every selected case with a
 finished reference (with ``--no-reference``, every selected case), once per engine version (the
@@ -677,6 +678,39 @@ def run_role(case: Case, role: str, seeds, path: Path = RESULTS) -> None:
         append(rec, path)
 
 
+def probe(case: Case, seed: int, draws: int) -> None:
+    """A short look at why a case is slow or refused: the default engine with ``draws`` warm-up
+    steps and draws, no retries, on one seed; prints the time, the sampling coordinates, the
+    notes, each chain's mean tree depth and step size, each parameter's R-hat and ESS, its
+    5/50/95% quantiles and its strongest correlation with another parameter. Nothing is saved."""
+    import arviz as az
+
+    warnings.simplefilter("ignore")
+    law, built = case.law(), case.build()
+    t0 = time.perf_counter()
+    post = bs.fit_posterior(law, built.table, seed=seed, fixed=built.fixed or None,
+                            num_warmup=draws, num_samples=draws, retries=0, progress_bar=False,
+                            allow_unconverged=True)
+    ss = post.idata.sample_stats
+    print(f"{case.name}, seed {seed}, {draws} + {draws} draws: {time.perf_counter() - t0:.0f} s; "
+          f"coordinates {post.settings.get('coordinates')}")
+    for note in post.diagnostics.get("notes", []):
+        print("  note:", note)
+    print("  tree depth per chain:", np.round(ss["tree_depth"].mean("draw").values, 2).tolist(),
+          "step size:", np.round(ss["step_size"].mean("draw").values, 4).tolist(),
+          "divergences:", int(ss["diverging"].sum()))
+    names = list(post.param_names)
+    x = np.stack([post.draws(n) for n in names], 1)
+    corr = np.corrcoef(x.T) - np.eye(len(names))
+    diag = az.summary(post.idata, var_names=names, kind="diagnostics")
+    for j, n in enumerate(names):
+        k = int(np.nanargmax(np.abs(corr[j])))
+        q = np.quantile(x[:, j], [0.05, 0.5, 0.95])
+        print(f"  {n}: R-hat {diag.loc[n, 'r_hat']:.3f}, ESS {diag.loc[n, 'ess_bulk']:.0f} / "
+              f"{diag.loc[n, 'ess_tail']:.0f}; 5/50/95% {q[0]:.4g} / {q[1]:.4g} / {q[2]:.4g}; "
+              f"corr {corr[j, k]:+.2f} with {names[k]}")
+
+
 COMMAND = [""]  # the driver's command line, recorded with each run
 
 
@@ -964,6 +998,9 @@ def main(argv=None):
                     help="with --redo-default, also the selected cases without a reference "
                          "(vocab's: none is affordable)")
     ap.add_argument("--summary", default=str(SUMMARY))
+    ap.add_argument("--probe", nargs=2, metavar=("CASE", "SEED"),
+                    help="a short diagnostic run of one case (see --probe-draws), and exit")
+    ap.add_argument("--probe-draws", type=int, default=200)
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--cpu-cap", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -980,6 +1017,9 @@ def main(argv=None):
         return
     if args.paired:
         print(paired(read_results(path), args.paired))
+        return
+    if args.probe:
+        probe(by_name[args.probe[0]], int(args.probe[1]), args.probe_draws)
         return
     chosen = select(all_cases, args.only, args.max_cases)
     if args.list:
