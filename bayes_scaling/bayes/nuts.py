@@ -59,9 +59,10 @@ def _mcmc(spec, *, num_chains, num_warmup, num_samples, chain_method, dense_mass
             _whitened_model(spec, funnel), dense_mass=dense_mass, target_accept_prob=target_accept,
             max_tree_depth=max_tree_depth, init_strategy=numpyro.infer.init_to_median,
             vectorized=chain_method == "vectorized" and num_chains > 1)
+        method = progress.vectorized_chains if chain_method == "vectorized" else chain_method
         return MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                    chain_method=progress.vectorized_chains if chain_method == "vectorized" else chain_method,
-                    progress_bar=False, jit_model_args=True)  # the bar: progress.py
+                    chain_method=method, progress_bar=False,  # the bar: progress.py
+                    jit_model_args=True)
 
     key = ("mcmc", num_chains, num_warmup, num_samples, chain_method, dense_mass, target_accept,
            max_tree_depth, shapes) + ((funnel,) if funnel is not None else ())
