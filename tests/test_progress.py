@@ -48,6 +48,7 @@ def test_the_bar_follows_the_chains_and_changes_no_draw(monkeypatch):
     for name in progress.QUIET_ENV:  # the bar is off in pytest workers and CI, as NumPyro's
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(tqdm, "tqdm", Bar)
+    monkeypatch.setattr(Bar, "made", [])  # the bars of this test only, whatever ran before
     assert progress.wanted(True) and not progress.wanted(False)
     quiet, _ = _fit(False)
     assert Bar.made == []
@@ -75,6 +76,7 @@ def test_a_bar_that_fails_does_not_fail_the_fit(monkeypatch):
     for name in progress.QUIET_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(tqdm, "tqdm", BrokenBar)
+    monkeypatch.setattr(Bar, "made", [])
     post, _ = _fit(True)
     quiet, _ = _fit(False)
     for name in quiet.param_names:
