@@ -149,45 +149,44 @@ def write_seeds_section(rows, command):
 def refits(n, seed0=0):
     """Same-shape refits in one process: Chinchilla on 40 simulated rows, fitted ``n`` times (new
     noise each time), with the chains' program taking the data as arguments (the default) and,
-    alternately, with the data as constants of the program (``jax.jit(jax.vmap(chain))``, the
-    engine before 18cfc4e), which compiles a new program for every table. Returns one row per
+    alternately, with the data as constants of the chains' programs (the engine before
+    18cfc4e), which compiles new programs for every table. Returns one row per
     fit: variant, index, wall seconds."""
     import jax
     import bayes_scaling as bs
-    from bayes_scaling.bayes import nuts, progress
+    from bayes_scaling.bayes import progress
 
     law = bs.laws.get("chinchilla")
     grid = pd.DataFrame([{"N": n_, "D": n_ * t} for n_ in (1e7, 2e7, 4e7, 8e7, 1.6e8)
                          for t in (5, 10, 20, 40, 80, 160, 320, 640)])
     truth = np.asarray(law(law.example, grid))
-    build = nuts._mcmc
-    variants = {"arguments": progress.vectorized_chains,
-                "constants": lambda run_chain: jax.jit(jax.vmap(run_chain,
-                                                                axis_name=progress.CHAINS))}
+    engine = progress.Chains.run
+
+    def constants(self, seed, z0, args, kwargs, num_samples, **kw):
+        # the chains' programs with this table as constants: new programs for every table
+        start, advance = self._start, self._advance
+        self._start = jax.jit(lambda k, z, a, b: start(k, z, args, kwargs))
+        self._advance = jax.jit(lambda s, m, a, b: advance(s, m, args, kwargs))
+        try:
+            return engine(self, seed, z0, args, kwargs, num_samples, **kw)
+        finally:
+            self._start, self._advance = start, advance
+
+    variants = {"arguments": engine, "constants": constants}
     rows = []
     for i in range(n):
         for name, method in variants.items():
             rng = np.random.default_rng(seed0 + 1000 * i + (name == "constants"))
             df = grid.assign(loss=truth * np.exp(0.01 * rng.standard_normal(len(grid))))
-            touched = []
-
-            def with_method(*a, method=method, **k):  # the cached MCMC object, this chain method
-                mcmc = build(*a, **k)
-                mcmc.chain_method = method
-                touched.append(mcmc)
-                return mcmc
-
-            nuts._mcmc = with_method
+            progress.Chains.run = method
             try:
                 t = time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     bs.fit_posterior(law, df, seed=i, progress_bar=False)
                 rows.append({"variant": name, "fit": i, "wall_s": time.perf_counter() - t})
-            finally:  # the engine's own chain method again, on every object this fit touched
-                nuts._mcmc = build
-                for mcmc in touched:
-                    mcmc.chain_method = variants["arguments"]
+            finally:
+                progress.Chains.run = engine
             print(f"{name:9s} fit {i}: {rows[-1]['wall_s']:.1f} s", flush=True)
     return rows
 

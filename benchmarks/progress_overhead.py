@@ -1,5 +1,5 @@
 """What the NUTS progress bar costs: Chinchilla's default posterior on Epoch's 240 points, fitted
-in one process with the bar and without it in turn (the same compiled program; seeds 1..R),
+in one process with the bar and without it in turn (the same compiled programs; seeds 1..R),
 after a first fit that compiles. Prints each pair's seconds and the median ratio with / without.
 The bar itself goes to stderr.
 

@@ -1,6 +1,8 @@
-"""The NUTS progress bar (bayes_scaling.bayes.progress): chains run vectorised in one compiled
-program report their iterations to a bar on stderr, without changing a single draw, and NumPyro's
-warning that it turns its own bar off for such chains is not raised."""
+"""The NUTS chains' driver and its progress bar (bayes_scaling.bayes.progress): the chains run in
+segments of compiled iterations and a bar on stderr follows them, without changing a single draw;
+NumPyro's warning that it turns its own bar off for vectorised chains is not raised; the
+chains' programs make no host call, so the persistent compilation cache keeps them."""
+import logging
 import warnings
 
 import numpy as np
@@ -56,7 +58,7 @@ def test_the_bar_follows_the_chains_and_changes_no_draw(monkeypatch):
     assert not any("progress bar" in m for m in messages), messages
     first = Bar.made[0]  # the first run: warm-up then sampling, reported as it went
     assert first.total == 300 and first.n == 300 and first.closed
-    assert first.updates >= 300 // progress.EVERY - 1
+    assert first.updates == 2 * -(-150 // progress.SEGMENT)
     assert first.phases.index("sampling") > first.phases.index("warm-up")
     assert all(b.n == b.total and b.closed for b in Bar.made)
     for name in quiet.param_names:
@@ -81,3 +83,30 @@ def test_a_bar_that_fails_does_not_fail_the_fit(monkeypatch):
     quiet, _ = _fit(False)
     for name in quiet.param_names:
         np.testing.assert_array_equal(post.draws(name), quiet.draws(name))
+
+
+def test_the_chains_programs_are_kept_by_the_persistent_cache(caplog):
+    # JAX does not write a program that makes host callbacks to its persistent cache, so every
+    # process would compile such chains again; every program this fit compiles is written or read
+    import jax
+
+    if jax.config.jax_compilation_cache_dir is None:
+        import pytest
+        pytest.skip("no persistent compilation cache in this run (pytest -p no:cacheprovider)")
+    jax.clear_caches()
+    with caplog.at_level(logging.DEBUG, logger="jax._src.compiler"):
+        _fit(True)
+    refused = [r.getMessage() for r in caplog.records if "Not writing" in r.getMessage()]
+    assert not [m for m in refused if "callback" in m], refused
+
+
+def test_chain_methods_draw_the_same_chains():
+
+    df = simulate("chinchilla", GRID, noise=0.01, seed=3)
+    kw = dict(num_warmup=100, num_samples=70, seed=1, allow_unconverged=True, num_chains=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        one = bs.fit_posterior("chinchilla", df, chain_method="vectorized", **kw)
+        other = bs.fit_posterior("chinchilla", df, chain_method="sequential", **kw)
+    for name in one.param_names:  # the same keys and iterations; rounding apart
+        np.testing.assert_allclose(other.draws(name), one.draws(name), rtol=1e-6)

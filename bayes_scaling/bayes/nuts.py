@@ -38,33 +38,29 @@ def _whitened_model(spec: Spec, funnel=None):
     d = len(spec.sampled)
     log_joint = log_joint_z(spec, funnel)
 
-    def model(data, center, chol, report):  # report: the progress bar's flag (progress.py)
+    def model(data, center, chol):
         z = numpyro.sample("z", dist.ImproperUniform(constraints.real_vector, (), (d,)))
         numpyro.factor("log_joint", log_joint(z, data, center, chol))
 
     return model
 
 
-def _mcmc(spec, *, num_chains, num_warmup, num_samples, chain_method, dense_mass, target_accept,
-          max_tree_depth, shapes=(), funnel=None):
-    """A NumPyro MCMC object for ``spec``, cached so later fits of the same shape reuse its
-    compiled program (the data, centre and whitening matrix are jitted arguments). ``shapes``
-    (the data's array shapes) is part of the key: a cached MCMC object re-run on arrays of
-    another shape fails inside NumPyro's vectorised chains; so is ``funnel``
-    (:func:`~.model.unwhiten`)."""
-    from numpyro.infer import MCMC
+def _chains(spec, *, num_chains, num_warmup, chain_method, dense_mass, target_accept,
+            max_tree_depth, shapes=(), funnel=None):
+    """The compiled chains of a NUTS kernel for ``spec`` (:class:`~.progress.Chains`), cached so
+    later fits of the same shape reuse its programs (the data, centre and whitening matrix are
+    their arguments). ``shapes`` (the data's array shapes) and ``funnel``
+    (:func:`~.model.unwhiten`) are part of the key, as is ``num_warmup``: NumPyro's kernel holds
+    the warm-up schedule its last initialisation was given."""
+    from numpyro.infer import NUTS
 
     def build():
-        kernel = progress.ReportingNUTS(
-            _whitened_model(spec, funnel), dense_mass=dense_mass, target_accept_prob=target_accept,
-            max_tree_depth=max_tree_depth, init_strategy=numpyro.infer.init_to_median,
-            vectorized=chain_method == "vectorized" and num_chains > 1)
-        method = progress.vectorized_chains if chain_method == "vectorized" else chain_method
-        return MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                    chain_method=method, progress_bar=False,  # the bar: progress.py
-                    jit_model_args=True)
+        kernel = NUTS(_whitened_model(spec, funnel), dense_mass=dense_mass,
+                      target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
+                      init_strategy=numpyro.infer.init_to_median)
+        return progress.Chains(kernel, num_warmup, chain_method)
 
-    key = ("mcmc", num_chains, num_warmup, num_samples, chain_method, dense_mass, target_accept,
+    key = ("chains", num_chains, num_warmup, chain_method, dense_mass, target_accept,
            max_tree_depth, shapes) + ((funnel,) if funnel is not None else ())
     return cached(key, spec, build)
 
@@ -83,24 +79,12 @@ def run_nuts(spec, data, center, chol, init_z, *, seed, resume=None, funnel=None
     from the centre (:func:`~.model.unwhiten`; the ladder's non-centred retry)."""
     shapes = tuple(np.shape(a) for a in jax.tree_util.tree_leaves(data))
     bar = progress.wanted(kw.pop("progress_bar", False))
-    mcmc = _mcmc(spec, shapes=shapes, funnel=funnel, **kw)
-    mcmc._warmup_state = resume  # None: a cached object must warm up again on new data
-    init_z = jnp.asarray(init_z)
-    if kw["num_chains"] == 1:  # NumPyro takes one chain's start without the chain axis
-        init_z = init_z[0]
-    try:
-        with progress.showing(bar, num_chains=kw["num_chains"], num_samples=kw["num_samples"],
-                              num_warmup=0 if resume is not None else kw["num_warmup"]):
-            mcmc.run(jax.random.PRNGKey(seed), data, jnp.asarray(center), jnp.asarray(chol),
-                     jnp.asarray(bar), init_params={"z": init_z},
-                     extra_fields=("diverging", "energy", "num_steps", "accept_prob",
-                                   "adapt_state.step_size", "potential_energy"))
-    finally:
-        mcmc._warmup_state = None
-    z = np.asarray(mcmc.get_samples(group_by_chain=True)["z"])  # (chains, draws, d)
-    extra = {k: np.asarray(v) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()}
+    num_samples = kw.pop("num_samples")
+    chains = _chains(spec, shapes=shapes, funnel=funnel, **kw)
+    z, extra, last = chains.run(seed, init_z, (data, jnp.asarray(center), jnp.asarray(chol)), {},
+                                num_samples, resume=resume, bar=bar)
     s = unwhiten(z, np.asarray(center, float), np.asarray(chol, float), funnel, np)[0]
-    extra[RESUME] = (np.asarray(center), np.asarray(chol), mcmc.last_state, funnel)
+    extra[RESUME] = (np.asarray(center), np.asarray(chol), last, funnel)
     return s, extra
 
 

@@ -1,13 +1,18 @@
-"""NUTS chains run as one compiled program (:func:`vectorized_chains`), and their progress bar.
+"""NUTS chains run in segments of compiled iterations (:class:`Chains`), and their progress bar.
 
-The chains of a fit run vectorised in one program, where NumPyro shows no progress bar (it
-warns and turns its own off). The NUTS kernel used here reports to the host instead
-(:class:`ReportingNUTS`), every :data:`EVERY` iterations, behind a ``lax.cond`` on a flag the
-program takes as an argument: a run without a bar makes no host call, and one compiled program
-serves both. Vectorised chains move in step, so their iteration counter is read as one
-number (a ``pmax`` over the chains' axis) and the host is called once per report, not once per
-chain. The host side (:func:`showing`) advances a ``tqdm`` bar on stderr and says which phase the
-chains are in. The draws do not depend on the flag.
+A fit's chains run as two compiled programs: one starts every chain (NumPyro's NUTS
+initialisation: the model's trace, the first gradient, the step-size heuristic), the other moves
+every chain on by up to :data:`SEGMENT` iterations of NumPyro's ``kernel.sample`` and returns the
+states it passed through. The host calls the second until the warm-up and the draws are done, and
+moves a ``tqdm`` bar on stderr between calls (:func:`showing`).
+
+Neither program calls the host, so JAX's persistent cache keeps both across processes (it does
+not keep a program that makes host callbacks, so a bar reported from inside the loop made every
+process compile its chains again). The iterations are those one loop over all of them would run,
+in the same order from the same keys, so the draws do not depend on the bar. The data, centre and
+whitening matrix are arguments of the programs, so later fits of the same shapes reuse them, and
+the number of iterations is an argument of the second, so runs of any length (a resumed run's
+extra draws) share it.
 """
 from __future__ import annotations
 
@@ -17,16 +22,14 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.infer import NUTS
 
-#: iterations between two reports to the host
-EVERY = 10
+#: iterations of one call of the chains' program: the bar moves between calls
+SEGMENT = 64
+#: the sample stats kept for every draw (fields of NumPyro's ``HMCState``)
+FIELDS = ("diverging", "energy", "num_steps", "accept_prob", "adapt_state.step_size",
+          "potential_energy")
 #: environment variables under which no bar is shown (as NumPyro does: CI logs, pytest workers)
 QUIET_ENV = ("CI", "PYTEST_XDIST_WORKER")
-#: the name of the chains' axis of vectorised chains (``jax.vmap(..., axis_name=CHAINS)``)
-CHAINS = "chains"
-
-_current: dict = {}  # the bar of the run in progress (host side)
 
 
 def wanted(progress_bar: bool) -> bool:
@@ -34,90 +37,125 @@ def wanted(progress_bar: bool) -> bool:
     return bool(progress_bar) and not any(os.environ.get(v) for v in QUIET_ENV)
 
 
-def _tick(i):
-    # called on a runtime thread; a bar must never fail a fit, so nothing here raises
-    cur = dict(_current)
-    bar = cur.get("bar")
-    if bar is None:
-        return
-    try:
-        # the counter goes on from a resumed run's, so positions count from the first report
-        i = int(np.max(i))
-        first = _current.setdefault("first", i - EVERY)
-        done = min(i - first, bar.total)
-        bar.set_description("warm-up" if done <= cur["num_warmup"] else "sampling",
-                            refresh=False)
-        bar.update(max(0, done - bar.n))
-    except Exception:  # noqa: BLE001 (as _safely)
-        pass
+def _row(state):
+    """What is kept of one iteration: the position, then :data:`FIELDS`."""
+    out = [state.z["z"]]
+    for name in FIELDS:
+        x = state
+        for part in name.split("."):
+            x = getattr(x, part)
+        out.append(x)
+    return tuple(out)
 
 
-def vectorized_chains(run_chain):
-    """NumPyro's vectorised chains as one compiled program: the chains' initialisation (its
-    model trace, first gradient, mass matrix and step size), warm-up and sampling. NumPyro's own
-    ``"vectorized"`` initialises the chains eagerly, one compiled program per operation.
+class Chains:
+    """The chains of one NUTS ``kernel`` (whose model samples one real vector ``"z"``) as two
+    compiled programs, over a leading chain axis: vectorised in one program (``"vectorized"``),
+    one device per chain (``"parallel"``, ``jax.pmap``) or one chain after another
+    (``"sequential"``)."""
 
-    NumPyro hands a chain method ``partial(_single_chain_mcmc, args=..., kwargs=...)``: compiled
-    as it is, the model's arguments (the data, centre and whitening matrix) would be constants of
-    the program, so every fit would compile a new one (7 s of an 8 s Chinchilla fit). Here they are
-    arguments of a program kept on the MCMC object, which later fits of the same shapes reuse (and
-    whose compiled form the persistent cache finds across processes)."""
-    static = dict(getattr(run_chain, "keywords", None) or {})
-    fn = getattr(run_chain, "func", None)
-    owner = getattr(fn, "__self__", None)  # the (cached) MCMC object
-    if owner is None or "args" not in static or "kwargs" not in static:
-        return jax.jit(jax.vmap(run_chain, axis_name=CHAINS))  # one program per fit
-    args, kwargs = static.pop("args"), static.pop("kwargs")
-    key = (tuple(sorted(static.items())),
-           tuple(sorted(getattr(owner, "_collection_params", {}).items())))
-    programs = owner.__dict__.setdefault("_bayes_scaling_programs", {})
-    if key not in programs:
-        def one_chain(init, a, k):
-            return fn(init, args=a, kwargs=k, **static)
+    def __init__(self, kernel, num_warmup: int, chain_method: str):
+        self.num_warmup, self.chain_method = int(num_warmup), chain_method
 
-        programs[key] = jax.jit(jax.vmap(one_chain, in_axes=(0, None, None),
-                                         axis_name=CHAINS))
-    program = programs[key]
-    return lambda map_args: program(map_args, args, kwargs)
+        def start(key, z0, args, kwargs):
+            return kernel.init(key, self.num_warmup, {"z": z0}, args, kwargs)
+
+        def advance(state, n, args, kwargs):
+            rows = tuple(jnp.zeros((SEGMENT,) + jnp.shape(x), jnp.result_type(x))
+                         for x in _row(state))
+
+            def body(i, carry):
+                state, rows = carry
+                state = kernel.sample(state, args, kwargs)
+                return state, tuple(r.at[i].set(x) for r, x in zip(rows, _row(state)))
+
+            return jax.lax.fori_loop(0, n, body, (state, rows))
+
+        if chain_method == "parallel":
+            self._start = jax.pmap(start, in_axes=(0, 0, None, None))
+            self._advance = jax.pmap(advance, in_axes=(0, None, None, None))
+        elif chain_method == "vectorized":
+            self._start = jax.jit(jax.vmap(start, in_axes=(0, 0, None, None)))
+            self._advance = jax.jit(jax.vmap(advance, in_axes=(0, None, None, None)))
+        elif chain_method == "sequential":
+            self._start = _one_by_one(jax.jit(start), 2)
+            self._advance = _one_by_one(jax.jit(advance), 1)
+        else:
+            raise ValueError(f"unknown chain method {chain_method!r}")
+
+    def run(self, seed, z0, args, kwargs, num_samples, *, resume=None, bar=False):
+        """``num_samples`` draws of each chain, from ``z0`` (one row per chain) after
+        ``num_warmup`` warm-up iterations, or from ``resume`` (the chains' last states after a
+        warm-up) with none. The chains' keys are those NumPyro's ``MCMC.run`` gives them (the
+        seed's key split in one per chain; the key itself for one chain). Returns ``(draws,
+        stats, last)``: positions ``(chains, num_samples, d)``, each of :data:`FIELDS`
+        ``(chains, num_samples)`` and the chains' last states."""
+        z0 = jnp.asarray(z0)
+        key = jax.random.PRNGKey(seed)
+        keys = jax.random.split(key, len(z0)) if len(z0) > 1 else key[None]
+        warmup = 0 if resume is not None else self.num_warmup
+        with showing(bar, num_chains=len(z0), num_warmup=warmup,
+                     num_samples=num_samples) as tick:
+            if resume is None:
+                state = self._start(keys, z0, args, kwargs)
+            else:
+                state = resume._replace(rng_key=keys)
+            state, _ = self._phase(state, warmup, args, kwargs, tick, "warm-up")
+            state, kept = self._phase(state, num_samples, args, kwargs, tick, "sampling")
+        if kept:
+            cols = [np.concatenate(c, 1) for c in zip(*kept)]
+        else:
+            cols = [np.zeros((len(z0), 0) + np.shape(x)[1:], np.asarray(x).dtype)
+                    for x in _row(state)]
+        return cols[0], dict(zip(FIELDS, cols[1:])), state
+
+    def _phase(self, state, n, args, kwargs, tick, name):
+        kept, done = [], 0
+        while done < n:
+            k = min(SEGMENT, n - done)
+            state, rows = self._advance(state, np.int32(k), args, kwargs)
+            if name == "sampling":
+                kept.append(tuple(np.asarray(r)[:, :k] for r in rows))  # waits for the call
+            else:
+                jax.block_until_ready(state)
+            done += k
+            tick(k, name)
+        return state, kept
 
 
-class ReportingNUTS(NUTS):
-    """NUTS that calls :func:`_tick` on the host every :data:`EVERY` iterations when the model's
-    last argument (a boolean scalar, the same for every chain) is true. ``vectorized``: the
-    chains run under ``jax.vmap(..., axis_name=CHAINS)``."""
-
-    def __init__(self, *args, vectorized: bool = False, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._vectorized = vectorized
-
-    def sample(self, state, model_args, model_kwargs):
-        new = super().sample(state, model_args, model_kwargs)
-        i = jax.lax.pmax(new.i, CHAINS) if self._vectorized else new.i
-        jax.lax.cond(jnp.asarray(model_args[-1]) & (i % EVERY == 0),
-                     lambda i: jax.debug.callback(_tick, i), lambda i: None, i)
-        return new
+def _one_by_one(program, batched: int):
+    """``program`` applied to each chain in turn: its first ``batched`` arguments carry the chain
+    axis, the others are shared; the results are stacked along a new chain axis."""
+    def run(*args):
+        head, rest = args[:batched], args[batched:]
+        chains = jax.tree_util.tree_leaves(head[0])[0].shape[0]
+        outs = [program(*jax.tree_util.tree_map(lambda a, c=c: a[c], head), *rest)
+                for c in range(chains)]
+        return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *outs)
+    return run
 
 
 @contextlib.contextmanager
 def showing(on: bool, *, num_chains: int, num_warmup: int, num_samples: int):
     """A bar over the ``num_warmup + num_samples`` iterations of ``num_chains`` chains while the
-    block runs (nothing when ``on`` is false; ``num_warmup=0`` for chains run on from their
-    last state)."""
+    block runs; the block moves it by calling ``tick(iterations, phase)``. Nothing is shown when
+    ``on`` is false, and a bar that cannot be drawn never fails the fit it shows."""
     if not on:
-        yield
+        yield lambda k, phase: None
         return
     from tqdm import tqdm
 
     bar = _safely(tqdm, total=num_warmup + num_samples, unit="it", leave=False,
                   dynamic_ncols=True, desc=f"NUTS, {num_chains} chains, compiling")
-    _current.update(bar=bar, num_warmup=num_warmup)
-    try:
-        yield
-        jax.effects_barrier()  # the reports still on their way
+
+    def tick(k, phase):
         if bar is not None:
-            _safely(bar.update, bar.total - bar.n)
+            _safely(bar.set_description, phase, refresh=False)
+            _safely(bar.update, k)
+
+    try:
+        yield tick
     finally:
-        _current.clear()
         if bar is not None:
             _safely(bar.close)
 
