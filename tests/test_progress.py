@@ -35,7 +35,7 @@ class Bar:
 
     def update(self, k):
         self.n += k
-        self.updates += 1
+        self.updates += k > 0
 
     def set_description(self, text, refresh=True):
         self.phases.append(text)
@@ -110,3 +110,11 @@ def test_chain_methods_draw_the_same_chains():
         other = bs.fit_posterior("chinchilla", df, chain_method="sequential", **kw)
     for name in one.param_names:  # the same keys and iterations; rounding apart
         np.testing.assert_allclose(other.draws(name), one.draws(name), rtol=1e-6)
+    import jax
+    import pytest
+
+    if jax.local_device_count() < 2:  # parallel chains without a device each: one by one, said
+        with pytest.warns(UserWarning, match="needs a device per chain"):
+            alone = bs.fit_posterior("chinchilla", df, chain_method="parallel", **kw)
+        for name in one.param_names:
+            np.testing.assert_array_equal(alone.draws(name), other.draws(name))

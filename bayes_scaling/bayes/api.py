@@ -183,6 +183,12 @@ def fit_posterior(
     if chain_method == "auto":
         chain_method = ("parallel" if num_chains > 1 and jax.local_device_count() >= num_chains
                         else "vectorized")
+    elif chain_method == "parallel" and jax.local_device_count() < num_chains:
+        warnings.warn(f"chain_method='parallel' needs a device per chain: this process has "
+                      f"{jax.local_device_count()} for {num_chains} chains, so they run one after "
+                      "another (bs.bayes.use_chain_devices before JAX starts gives it more)",
+                      UserWarning, stacklevel=2)
+        chain_method = "sequential"
     law, df, shift = shifted_table(law, df, target_shift)
     kw = dict(priors=priors, likelihood=likelihood, fixed=fixed, scale=scale, c=huber_c,
               student_df=student_df)

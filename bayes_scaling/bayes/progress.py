@@ -113,6 +113,7 @@ class Chains:
         kept, done = [], 0
         while done < n:
             k = min(SEGMENT, n - done)
+            tick(0, name)  # the phase of the call about to run (not the first: it compiles)
             state, rows = self._advance(state, np.int32(k), args, kwargs)
             if name == "sampling":
                 kept.append(tuple(np.asarray(r)[:, :k] for r in rows))  # waits for the call
@@ -149,7 +150,7 @@ def showing(on: bool, *, num_chains: int, num_warmup: int, num_samples: int):
                   dynamic_ncols=True, desc=f"NUTS, {num_chains} chains, compiling")
 
     def tick(k, phase):
-        if bar is not None:
+        if bar is not None and (k or bar.n):
             _safely(bar.set_description, phase, refresh=False)
             _safely(bar.update, k)
 
