@@ -101,8 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--query", help="pandas query selecting rows")
     s.add_argument("--target-shift", type=float, metavar="C", help=SHIFT_HELP)
     s.add_argument("--time-limit", type=positive_seconds, metavar="SECONDS",
-                   help="stop retrying a run that fails its checks once a retry would pass this "
-                        "many seconds (predicted from the attempt before it; default: no limit)")
+                   help="stop sampling once this many seconds have passed (a run drawing then "
+                        "stops and keeps its draws; a retry predicted to pass them is not made) "
+                        "and refuse, saying so (default: no limit)")
     s.add_argument("--allow-unconverged", action="store_true",
                    help="keep a posterior that fails its convergence checks, labelled NOT "
                         "CONVERGED (by default it is an error and nothing is written)")

@@ -255,6 +255,26 @@ def test_a_retry_predicted_past_the_time_limit_is_not_made_and_the_refusal_says_
         post.forecast(table.head(2))
 
 
+def test_a_run_drawing_when_the_time_limit_passes_is_stopped_with_its_draws_kept(table):
+    """The limit passes during the first run's warm-up: the warm-up is finished, one call of
+    draws is made, the run stops there, nothing more is tried, and the refusal says so."""
+    from bayes_scaling.bayes import progress
+
+    kw = dict(SHORT, num_samples=3 * progress.SEGMENT)
+    with pytest.warns(bs.ConvergenceWarning, match=r"time_limit=0.001 s was reached"):
+        post = bs.fit_posterior(POWER, table, time_limit=1e-3, **kw)
+    assert not post.ok and len(post.diagnostics["attempts"]) == 1
+    assert post.draws("alpha").shape == (kw["num_chains"] * progress.SEGMENT,)
+    assert post.idata.sample_stats["diverging"].shape == (kw["num_chains"], progress.SEGMENT)
+    with pytest.raises(bs.errors.ConvergenceError,
+                       match=f"stopped after {progress.SEGMENT} of its {3 * progress.SEGMENT} "
+                             "draws per chain"):
+        post.forecast(table.head(2))
+    whole = bs.fit_posterior(POWER, table, retries=0, allow_unconverged=True, **kw)
+    np.testing.assert_array_equal(  # the draws it kept are the whole run's first ones
+        post.idata.posterior["alpha"].values, whole.idata.posterior["alpha"].values[:, :64])
+
+
 def test_the_predicted_seconds_of_an_attempt_and_when_they_pass_the_limit():
     import time
 

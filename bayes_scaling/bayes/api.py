@@ -23,9 +23,9 @@ from .ladder import attempts_summary, escalate
 from .likelihood import STUDENT_DF
 from .model import pointwise_batch, recoord_batch, theta_s_batch
 from .modes import find_modes, map_stage, refine_mode, sample_laplace
-from .nuts import (LADDER_RETRIES, RHAT_MAX, chain_groups, combine_diagnostics, failing_params,
-                   mixture_draws, nuts_diagnostics, prior_bound_advice, run_modes, run_nuts,
-                   warn_diagnostics)
+from .nuts import (LADDER_RETRIES, RHAT_MAX, STOPPED, chain_groups, combine_diagnostics,
+                   failing_params, mixture_draws, nuts_diagnostics, prior_bound_advice, run_modes,
+                   run_nuts, warn_diagnostics)
 from .posterior import Posterior
 from .priors import AtReference, log_scale, prior_loc_scale
 from .spec import data_pytree, make_spec
@@ -123,11 +123,14 @@ def fit_posterior(
             is checked before each retry, and before the second round of sampling when the
             chains found modes the optimiser missed: a retry is started only when the seconds
             spent plus its predicted seconds (its iterations at the rate of the mode's last
-            attempt) fit in the limit. A run is never cut short, so the first attempt of every
-            mode is always made and the call can end past the limit by up to one attempt. A
+            attempt) fit in the limit. A run that is drawing when the limit passes stops after
+            the call of at most ``bs.bayes.progress.SEGMENT`` iterations in progress, keeping
+            the draws made (a warm-up is never cut, and each mode's first run makes one such
+            call of draws), so the call ends past the limit by at most a warm-up and one call
+            per mode, plus the checks. A
             posterior the limit stopped fails its checks like any other (refused unless
-            ``allow_unconverged``), and its failure says which attempt was not made and its
-            predicted seconds.
+            ``allow_unconverged``), and its failure says which run was stopped after how many
+            draws, or which attempt was not made and its predicted seconds.
         target_shift: the likelihood is on ``log L``, so a signed target (values at or below 0,
             e.g. a loss minus the unigram entropy) is fitted as ``L + c``: ``None`` (default)
             picks ``c`` from the table when some loss is not positive
@@ -231,14 +234,25 @@ def fit_posterior(
         nuts_kw = dict(num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples,
                        chain_method=chain_method, dense_mass=dense_mass,
                        target_accept=target_accept, max_tree_depth=max_tree_depth,
-                       progress_bar=progress_bar)
+                       progress_bar=progress_bar, deadline=deadline)
         n_found = len(modes)
         stopped = []  # the retries time_limit stopped, one line each
 
         def check(spec_k, data_k, run):
-            """NUTS diagnostics of one run of ``(spec_k, data_k)``."""
-            return _nuts_check(_inference_data(spec_k, data_k, vdf, *run, loglik=False), spec_k,
-                               num_chains, max_tree_depth)
+            """NUTS diagnostics of one run of ``(spec_k, data_k)``; a run ``time_limit``
+            stopped fails them."""
+            s_k, extra_k = run
+            d = _nuts_check(_inference_data(spec_k, data_k, vdf, s_k, extra_k, loglik=False),
+                            spec_k, num_chains, max_tree_depth)
+            if STOPPED in extra_k:
+                made, asked = extra_k[STOPPED]
+                d["failed"].insert(0, f"time_limit={time_limit:g} s was reached while the "
+                                      f"chains drew: the run was stopped after {made} of its "
+                                      f"{asked} draws per chain")
+                d["advice"].insert(0, "raise time_limit (None: no limit), or make each draw "
+                                      "cheaper (fewer rows, fixed or better-informed parameters)")
+                d["ok"] = False
+            return d
 
         def sample(modes, seed):
             """The first run of every mode and its escalation ladder."""

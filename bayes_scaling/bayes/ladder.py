@@ -6,8 +6,8 @@ import time
 
 import numpy as np
 
-from .nuts import (CONTINUE, RESUME, SMALLER_STEP, continue_nuts, draws_whitening, next_attempt,
-                   run_nuts)
+from .nuts import (CONTINUE, RESUME, SMALLER_STEP, STOPPED, continue_nuts, draws_whitening,
+                   next_attempt, run_nuts)
 
 #: a funnel's retry (divergences or a low BFMI, and draws whose spread grows with sigma): the
 #: coordinates of :func:`~.model.unwhiten` with ``funnel``, the step size target kept
@@ -128,6 +128,7 @@ def escalate(models, first, check, rng, seed, nuts_kw, retries, whitened_by, sta
                          + ("passed its checks" if diag["ok"] else
                             "failed: " + "; ".join(diag["failed"][:3])))
         run[1].pop(RESUME, None)
+        run[1].pop(STOPPED, None)
         runs.append(run)
         diags.append(diag)
     return runs, diags, attempts, notes

@@ -68,6 +68,9 @@ def _chains(spec, *, num_chains, num_warmup, chain_method, dense_mass, target_ac
 #: the key of a run's ``extra`` that holds what :func:`continue_nuts` needs (the whitening and the
 #: chains' last states); the ladder removes it before the draws leave it
 RESUME = "resume"
+#: the key of a run's ``extra`` set when its deadline stopped it: ``(draws made, draws asked)``
+#: per chain; removed with :data:`RESUME`
+STOPPED = "stopped"
 
 
 def run_nuts(spec, data, center, chol, init_z, *, seed, resume=None, funnel=None, **kw):
@@ -76,15 +79,19 @@ def run_nuts(spec, data, center, chol, init_z, *, seed, resume=None, funnel=None
     and the sample stats, ``extra[RESUME]`` holding what :func:`continue_nuts` needs. With
     ``resume`` (a NumPyro state after warm-up), the chains start from it and skip the warm-up.
     ``funnel``: the index of ``log sigma``, whose value scales the other coordinates' distance
-    from the centre (:func:`~.model.unwhiten`; the ladder's non-centred retry)."""
+    from the centre (:func:`~.model.unwhiten`; the ladder's non-centred retry). ``deadline`` (a
+    ``time.perf_counter()`` value or ``None``): past it the sampling stops early
+    (:meth:`~.progress.Chains.run`), and ``extra[STOPPED]`` says how many draws were made."""
     shapes = tuple(np.shape(a) for a in jax.tree_util.tree_leaves(data))
     bar = progress.wanted(kw.pop("progress_bar", False))
-    num_samples = kw.pop("num_samples")
+    num_samples, deadline = kw.pop("num_samples"), kw.pop("deadline", None)
     chains = _chains(spec, shapes=shapes, funnel=funnel, **kw)
     z, extra, last = chains.run(seed, init_z, (data, jnp.asarray(center), jnp.asarray(chol)), {},
-                                num_samples, resume=resume, bar=bar)
+                                num_samples, resume=resume, bar=bar, deadline=deadline)
     s = unwhiten(z, np.asarray(center, float), np.asarray(chol, float), funnel, np)[0]
     extra[RESUME] = (np.asarray(center), np.asarray(chol), last, funnel)
+    if s.shape[1] < num_samples:
+        extra[STOPPED] = (int(s.shape[1]), int(num_samples))
     return s, extra
 
 
@@ -99,8 +106,9 @@ def continue_nuts(spec, data, run, more, *, seed, **kw):
     s1, extra1 = run_nuts(spec, data, center, chol, z_last.reshape(kw["num_chains"], -1),
                           seed=seed, resume=state, funnel=funnel,
                           **dict(kw, num_samples=int(more)))
-    extra = {k: np.concatenate([extra0[k], v], 1) for k, v in extra1.items() if k != RESUME}
-    extra[RESUME] = extra1[RESUME]
+    extra = {k: np.concatenate([extra0[k], v], 1) for k, v in extra1.items()
+             if k not in (RESUME, STOPPED)}
+    extra.update({k: extra1[k] for k in (RESUME, STOPPED) if k in extra1})
     return np.concatenate([s0, s1], 1), extra
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -83,13 +84,17 @@ class Chains:
         else:
             raise ValueError(f"unknown chain method {chain_method!r}")
 
-    def run(self, seed, z0, args, kwargs, num_samples, *, resume=None, bar=False):
+    def run(self, seed, z0, args, kwargs, num_samples, *, resume=None, bar=False,
+            deadline=None):
         """``num_samples`` draws of each chain, from ``z0`` (one row per chain) after
         ``num_warmup`` warm-up iterations, or from ``resume`` (the chains' last states after a
         warm-up) with none. The chains' keys are those NumPyro's ``MCMC.run`` gives them (the
         seed's key split in one per chain; the key itself for one chain). Returns ``(draws,
-        stats, last)``: positions ``(chains, num_samples, d)``, each of :data:`FIELDS`
-        ``(chains, num_samples)`` and the chains' last states."""
+        stats, last)``: positions ``(chains, draws, d)``, each of :data:`FIELDS` ``(chains,
+        draws)`` and the chains' last states. ``deadline`` (a ``time.perf_counter()`` value):
+        once it has passed, the sampling stops after the call in progress, so a run stopped this
+        way has fewer than ``num_samples`` draws, and at least one call's; the warm-up is never
+        cut."""
         z0 = jnp.asarray(z0)
         key = jax.random.PRNGKey(seed)
         keys = jax.random.split(key, len(z0)) if len(z0) > 1 else key[None]
@@ -101,7 +106,8 @@ class Chains:
             else:
                 state = resume._replace(rng_key=keys)
             state, _ = self._phase(state, warmup, args, kwargs, tick, "warm-up")
-            state, kept = self._phase(state, num_samples, args, kwargs, tick, "sampling")
+            state, kept = self._phase(state, num_samples, args, kwargs, tick, "sampling",
+                                      deadline)
         if kept:
             cols = [np.concatenate(c, 1) for c in zip(*kept)]
         else:
@@ -109,9 +115,11 @@ class Chains:
                     for x in _row(state)]
         return cols[0], dict(zip(FIELDS, cols[1:])), state
 
-    def _phase(self, state, n, args, kwargs, tick, name):
+    def _phase(self, state, n, args, kwargs, tick, name, deadline=None):
         kept, done = [], 0
         while done < n:
+            if done and deadline is not None and time.perf_counter() > deadline:
+                break
             k = min(SEGMENT, n - done)
             tick(0, name)  # the phase of the call about to run (not the first: it compiles)
             state, rows = self._advance(state, np.int32(k), args, kwargs)
