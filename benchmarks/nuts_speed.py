@@ -13,7 +13,7 @@ Both configurations draw 4 chains x 1000 samples after 1000 warm-up steps, in th
 
 Wall time includes compilation and the mode search. ESS/s is the minimum bulk ESS over the
 parameters divided by the wall time. `--chain-methods` also times the default configuration with
-NumPyro's "sequential" chains and with "parallel" chains on 4 host devices (one per chain, sharing the cores) (a subprocess, since
+"sequential" chains (one after another) and with "parallel" chains on 4 host devices (one per chain, sharing the cores) (a subprocess, since
 the device count must be set before JAX starts).
 
 Usage:
