@@ -1323,6 +1323,47 @@ def _best_is90(t: pd.DataFrame) -> list[str]:
             f"{'PASS' if default_best >= 7 and worst <= 1.10 else 'FAIL'}.", ""]
 
 
+#: the ratio of a normal distribution's central 90% half-width to its central 50% half-width
+NORMAL_90_50 = 1.6448536269514722 / 0.6744897501960817
+
+
+def tails_section(rows: pd.DataFrame, t: pd.DataFrame) -> list[str]:
+    """Lines: how heavy the default predictive's tails are on each dataset, and what tails of a
+    normal distribution would score. Per held-out row, on log loss: the ratio of the central 90%
+    half-width to the central 50% one (a normal's is :data:`NORMAL_90_50`); and the 90% interval
+    of a log-normal with the row's median whose central 50% interval has the row's width (the
+    predictive's centre kept, its tails replaced), scored like the others (mean interval score,
+    coverage) against the default as it is and the best method of ``t``."""
+    from scipy.stats import norm
+
+    d = rows[rows["method"] == "default"]
+    out = []
+    for ds, g in d.groupby("dataset", sort=True):
+        y, m = g["y"].to_numpy(), np.log(g["median"].to_numpy())
+        h50 = (np.log(g["hi50"]) - np.log(g["lo50"])).to_numpy() / 2
+        h90 = (np.log(g["hi90"]) - np.log(g["lo90"])).to_numpy() / 2
+        k = h50 / norm.ppf(0.75) * norm.ppf(0.95)
+        lo, hi = np.exp(m - k), np.exp(m + k)
+        normal = float(np.mean(bs.evaluate.interval_score(lo, hi, y, 0.9)))
+        as_is = float(t[(t["dataset"] == ds) & (t["method"] == "default")]["is90"].iloc[0])
+        best = t[t["dataset"] == ds]["is90"].min()
+        out.append({"dataset": ds, "rows": len(g),
+                    "90% / 50% half-width (median)": f"{np.median(h90 / h50):.2f}",
+                    "cov90 as is": _pct(np.mean((y >= g["lo90"]) & (y <= g["hi90"]))),
+                    "cov90 normal tails": _pct(np.mean((y >= lo) & (y <= hi))),
+                    "IS90 normal tails / as is": f"{normal / as_is:.2f}",
+                    "as is / best": f"{as_is / best:.2f}",
+                    "normal tails / best": f"{normal / best:.2f}"})
+    return ["## The default's tails", "",
+            ("How much of the default's interval score its tails cost: per held-out row, the "
+             "ratio of the log 90% half-width to the log 50% one (a normal distribution's is "
+             f"{NORMAL_90_50:.2f}), and the 90% interval of a log-normal with the row's median "
+             "and the width of its 50% interval (the centre kept, normal tails), scored against "
+             "the default as it is and the best method of the table above (`tails_section`; "
+             "measured, not a method of the package)."), "",
+            ev.markdown_table(pd.DataFrame(out)), ""]
+
+
 def per_dataset(units, method) -> str:
     """Write ``per_dataset.md`` and ``calibration_<dataset>.png``: every method of
     :data:`METHODS` scored per dataset (``bs.evaluate.calibration_by``) on the units they all
@@ -1387,6 +1428,7 @@ def per_dataset(units, method) -> str:
                "would calibrate a new table: the MSCE (50/80/90/95%) as is and after, mean and "
                "worst over datasets."), "",
               ev.markdown_table(summary.round(4)), ""]
+    lines += tails_section(rows, t)
     lines += ["## Per dataset", ""]
     for ds, g in t.groupby("dataset", sort=True):
         lines += [f"### {ds}", "", ev.markdown_table(_fmt_scores(
