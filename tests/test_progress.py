@@ -5,8 +5,10 @@ chains' programs make no host call, so the persistent compilation cache keeps th
 import logging
 import warnings
 
+import jax
 import numpy as np
 import pandas as pd
+import pytest
 
 import bayes_scaling as bs
 from bayes_scaling.bayes import progress
@@ -88,10 +90,7 @@ def test_a_bar_that_fails_does_not_fail_the_fit(monkeypatch):
 def test_the_chains_programs_are_kept_by_the_persistent_cache(caplog):
     # JAX does not write a program that makes host callbacks to its persistent cache, so every
     # process would compile such chains again; every program this fit compiles is written or read
-    import jax
-
     if jax.config.jax_compilation_cache_dir is None:
-        import pytest
         pytest.skip("no persistent compilation cache in this run (pytest -p no:cacheprovider)")
     jax.clear_caches()
     with caplog.at_level(logging.DEBUG, logger="jax._src.compiler"):
@@ -110,9 +109,6 @@ def test_chain_methods_draw_the_same_chains():
         other = bs.fit_posterior("chinchilla", df, chain_method="sequential", **kw)
     for name in one.param_names:  # the same keys and iterations; rounding apart
         np.testing.assert_allclose(other.draws(name), one.draws(name), rtol=1e-6)
-    import jax
-    import pytest
-
     if jax.local_device_count() < 2:  # parallel chains without a device each: one by one, said
         with pytest.warns(UserWarning, match="needs a device per chain"):
             alone = bs.fit_posterior("chinchilla", df, chain_method="parallel", **kw)

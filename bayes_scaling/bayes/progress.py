@@ -56,7 +56,7 @@ class Chains:
     (``"sequential"``)."""
 
     def __init__(self, kernel, num_warmup: int, chain_method: str):
-        self.num_warmup, self.chain_method = int(num_warmup), chain_method
+        self.num_warmup = int(num_warmup)
 
         def start(key, z0, args, kwargs):
             return kernel.init(key, self.num_warmup, {"z": z0}, args, kwargs)
