@@ -359,8 +359,8 @@ def fit_map(
     if method == "jax":
         f = _normalised_objective(prob.key, prob)
         u, val, n_iter, gnorm = lbfgs_multistart(
-            f, space.u(jnp.asarray(theta0)), prob.args(delta), max_iter=max_iter)
-        theta = np.asarray(space.theta(jnp.asarray(u)))
+            f, space.u_compiled(jnp.asarray(theta0)), prob.args(delta), max_iter=max_iter)
+        theta = np.asarray(space.theta_compiled(jnp.asarray(u)))
         obj = val * scale
         converged = gnorm < 1e-6
     elif method == "scipy":

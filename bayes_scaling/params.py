@@ -21,6 +21,10 @@ from . import data
 from .errors import ParameterError
 from .laws import Law
 from .laws import get as get_law
+from .programs import Programs
+
+#: the compiled maps between ``theta`` and ``u`` of the most recent parameter spaces
+_MAPS = Programs(32, "parameter maps")
 
 #: Pad tables to :func:`row_bucket` rows (zero-weight copies) in ``fit_map`` and the Bayesian
 #: layer, so fits of nearby row counts share one compiled program; off only to benchmark it.
@@ -101,6 +105,16 @@ class ParamSpace:
             return jnp.stack([p.to_unconstrained(jnp.asarray(theta[p.name], jnp.float64))
                               for p in self.free], -1)
         return jnp.stack([p.to_unconstrained(theta[..., i]) for i, p in enumerate(self.free)], -1)
+
+    def theta_compiled(self, u):
+        """:meth:`theta` of an array ``u`` as one compiled program (per :attr:`structure`).
+        Eagerly, each parameter's transform is several one-operation programs (about 25 for
+        Chinchilla's five), each traced and compiled or looked up on its own."""
+        return _MAPS.get(("theta", self.structure), lambda: jax.jit(self.theta))(u)
+
+    def u_compiled(self, theta):
+        """:meth:`u` of an array ``theta`` as one compiled program (per :attr:`structure`)."""
+        return _MAPS.get(("u", self.structure), lambda: jax.jit(self.u))(theta)
 
     def full_params(self, theta, fixed: Mapping | None = None) -> dict:
         """Every parameter of the law: the free ones from ``theta`` (an array along the last axis,

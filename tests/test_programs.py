@@ -89,3 +89,35 @@ def test_past_the_share_of_the_map_limit_every_program_is_dropped(monkeypatch):
     monkeypatch.setattr(programs, "_built", [programs.CHECK_EVERY - 1])
     cache.get("third", lambda: _jitted(3.0))
     assert "new" in cache and "third" in cache
+
+
+def _programs_lowered(fn):
+    """The number of programs JAX lowers while ``fn()`` runs, with no compiled program kept in
+    memory before it (each one is compiled, or looked up in the persistent cache, on its own)."""
+    seen = []
+
+    def on(event, duration, **_):
+        if event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+            seen.append(duration)
+
+    jax.clear_caches()
+    jax.monitoring.register_event_duration_secs_listener(on)
+    try:
+        fn()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(on)
+    return len(seen)
+
+
+@pytest.mark.parametrize("method, most", [("laplace", 30), ("nuts", 40)])
+def test_a_fit_is_a_few_programs_not_one_per_operation(method, most):
+    # Converting between a law's natural, unconstrained and sampling coordinates operation by
+    # operation made every parameter transform a program of its own: 88 (Laplace) and 122 (NUTS)
+    # programs for Chinchilla on Epoch's table, each traced, lowered and compiled or looked up
+    # on its own; compiled as one function each, 20 and 29.
+    df = bs.datasets.load("chinchilla_epoch")
+    df = df[df["epoch_kept"]]
+    kw = {"num_warmup": 100, "num_samples": 100, "progress_bar": False} if method == "nuts" else {}
+    n = _programs_lowered(lambda: bs.fit_posterior("chinchilla", df, method=method, seed=0,
+                                                   **kw))
+    assert n <= most

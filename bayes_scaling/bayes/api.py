@@ -17,7 +17,7 @@ from ..errors import BayesScalingError, MultimodalWarning
 from ..objective import data_hash
 from .chains import drop_light_groups, first_runs, modes_of_split_chains, weigh_modes
 from .coordinates import is_level_block, level_pivot, linear_block, signed_blocks
-from .terms import power_blocks
+from .terms import power_blocks, theta_s_one
 from .distributions import FlatPrior, HUBER_C
 from .ladder import attempts_summary, escalate
 from .likelihood import STUDENT_DF
@@ -424,7 +424,7 @@ def _sides(spec, data, vdf, modes, kw):
             blocks[i] = blocks[i].restrict(v)
         new = make_spec(spec.law, coordinates=tuple(blocks), **kw)
         new_data = data_pytree(new, vdf)
-        theta = spec.theta_s(jnp.asarray(m.s), ref)
+        theta = theta_s_one(spec)(jnp.asarray(m.s), ref)
         sampled.append(refine_mode(new, new_data, np.asarray(new.s(theta, new_data["ref"]))))
         models.append((new, new_data))
     index = {k: j for j, k in enumerate(distinct)}
@@ -518,7 +518,7 @@ def _switch_coordinates(spec, vdf, data, modes, u_ok, v_ok, kw, method):
     for b in spec.blocks:
         alt = None
         if b.switch is not None and top.hessian_ok:
-            alt = b.switch(lambda sv: spec.theta_s(sv, ref), jnp.asarray(top.s), top.cov,
+            alt = b.switch(lambda sv: theta_s_one(spec)(sv, ref), jnp.asarray(top.s), top.cov,
                            ref[b.name], method)
         elif is_level_block(b):
             alt = pivot

@@ -21,7 +21,7 @@ import scipy.linalg
 from ..errors import BayesScalingError
 from ..laws import Coordinates, Law, Param
 from ..programs import Programs
-from .terms import term_coordinates
+from .terms import term_coordinates, theta_s_one
 
 
 def power_coordinates(coef="A", exponent="alpha", variable="N") -> Coordinates:
@@ -332,7 +332,7 @@ def wide_signed(spec, mode, ref) -> dict:
     resolves; on the asinh scale it is of the others' order."""
     names = [p.name for p in spec.sampled]
     s_hat = jnp.asarray(mode.s)
-    theta = spec.theta_s(s_hat, ref)
+    theta = theta_s_one(spec)(s_hat, ref)
     out = {}
     for p in _signed_plain(spec):
         i = names.index(p.name)
@@ -433,10 +433,11 @@ def linear_block(spec, mode, data) -> tuple:
     s_hat = np.asarray(mode.s)
     rng = np.random.default_rng(0)
     chol = np.asarray(mode.chol)
-    thetas = [spec.theta_s(jnp.asarray(s_hat), ref)]
+    theta_s = theta_s_one(spec)
+    thetas = [theta_s(jnp.asarray(s_hat), ref)]
     for _ in range(8):
         s = s_hat + np.clip(chol @ rng.standard_normal(len(s_hat)), -3, 3)
-        thetas.append(spec.theta_s(jnp.asarray(s), ref))
+        thetas.append(theta_s(jnp.asarray(s), ref))
     size = {c: max(abs(float(thetas[0][c])), float(np.std([float(t[c]) for t in thetas])), 1e-3)
             for c in cand}
 

@@ -77,7 +77,7 @@ def screened_inits(spec, args, n_starts, seed):
     kept, spare = [], []
     for k in range(SCREEN):
         cand = spec.space.sample_inits(n_starts, seed if k == 0 else [seed, k])
-        ok = np.isfinite(np.asarray(f(spec.space.u(jnp.asarray(cand)), args)))
+        ok = np.isfinite(np.asarray(f(spec.space.u_compiled(jnp.asarray(cand)), args)))
         kept += list(cand[ok])
         spare += list(cand[~ok])
         if len(kept) >= n_starts:
@@ -94,7 +94,7 @@ def map_stage(spec, data, n_starts, seed, max_iter, inits=None):
         theta0 = screened_inits(spec, args, n_starts, seed)
     else:
         theta0 = np.atleast_2d(np.asarray(inits, float))
-    u0 = np.asarray(spec.space.u(jnp.asarray(theta0)))
+    u0 = np.asarray(spec.space.u_compiled(jnp.asarray(theta0)))
     u_map, v_map, it_map, g_map = lbfgs_multistart(map_objective(spec), u0, args,
                                                    max_iter=max_iter)
     finite = np.isfinite(v_map) & np.all(np.isfinite(u_map), 1)
@@ -102,9 +102,9 @@ def map_stage(spec, data, n_starts, seed, max_iter, inits=None):
         raise FitError(f"all {len(u0)} starts of the posterior mode of {spec.law.name} ended "
                        "non-finite; check the table, the priors and the init ranges")
     best = int(np.argmin(np.where(finite, v_map, np.inf)))
-    theta_map = {k: float(v) for k, v in spec.theta(jnp.asarray(u_map[best])).items()}
+    th = np.asarray(spec.space.theta_compiled(jnp.asarray(u_map)))
+    theta_map = {p.name: float(th[best, i]) for i, p in enumerate(spec.free)}
     starts = pd.DataFrame({f"init_{p.name}": theta0[:, i] for i, p in enumerate(spec.free)})
-    th = np.asarray(spec.space.theta(jnp.asarray(u_map)))
     for i, p in enumerate(spec.free):
         starts[p.name] = th[:, i]
     starts["neg_log_post"] = v_map * n

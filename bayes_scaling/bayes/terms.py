@@ -15,6 +15,30 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..laws import Coordinates, Param
+from ..programs import Programs
+
+#: the compiled pieces the coordinate checks read (this module and ``coordinates``), per model
+_CHECKS = Programs(16, "coordinate checks")
+
+
+def theta_s_one(spec):
+    """``f(s, ref)``: ``spec.theta_s`` of one sampling vector, compiled (a dict by name).
+    Eagerly, each parameter's transform and each block's map is several one-operation programs,
+    each compiled or looked up on its own."""
+    return _CHECKS.get(("theta_s", spec.key()), lambda: jax.jit(spec.theta_s), pin=spec.priors)
+
+
+def law_jacobian_s(spec):
+    """``f(s, ref, fixed, x) -> (params, law, jacobian)``: the law's parameters (``sigma`` left
+    out) at one sampling vector ``s``, the law at the rows ``x`` and its Jacobian with respect
+    to each parameter, in one compiled program (eagerly, about 25 programs for Chinchilla)."""
+    def f(s, ref, fixed, x):
+        full = {k: v for k, v in spec.space.full_params(spec.theta_s(s, ref), fixed).items()
+                if k != "sigma"}
+        return full, spec.law.fn(full, x), jax.jacfwd(lambda p: spec.law.fn(p, x))(full)
+
+    return _CHECKS.get(("law_jac", spec.key()), lambda: jax.jit(f), pin=spec.priors)
+
 
 # relative tolerance of the identity d f / d e = s c log(v) d f / d c at every row, and how much of
 # the law's size the term must carry (c d f / d c) to count
@@ -88,7 +112,7 @@ def power_blocks(spec, mode, data, skip=()) -> tuple:
     if len(plain) < 2:
         return ()
     n = int(np.sum(np.asarray(data["w"]) > 0))
-    x = {k: jnp.asarray(np.asarray(v)[:n]) for k, v in data["x"].items()}
+    x = {k: np.asarray(v)[:n] for k, v in data["x"].items()}
     logs = {v: np.log(np.asarray(x[v])) for v in law.variables if v in x
             and np.all(np.asarray(x[v]) > 0) and np.ptp(np.log(np.asarray(x[v]))) > 0}
     if not logs:
@@ -97,14 +121,13 @@ def power_blocks(spec, mode, data, skip=()) -> tuple:
     s_hat, chol = np.asarray(mode.s), np.asarray(mode.chol)
     points = [s_hat] + [s_hat + np.clip(chol @ rng.standard_normal(len(s_hat)), -1, 1) * 0.5
                         for _ in range(2)]
+    # on the table's padded rows (one program per row bucket), the padding cut off after
+    pieces = law_jacobian_s(spec)
     grads = []
     for s in points:
-        theta = spec.theta_s(jnp.asarray(s), ref)
-        full = {k: v for k, v in spec.space.full_params(theta, data["fixed"]).items()
-                if k != "sigma"}
-        f = np.asarray(law.fn(full, x))
-        J = jax.jacfwd(lambda p: law.fn(p, x))(full)
-        grads.append((full, f, {k: np.asarray(v) for k, v in J.items()}))
+        full, f, J = pieces(jnp.asarray(s), ref, data["fixed"], data["x"])
+        grads.append(({k: np.asarray(v) for k, v in full.items()}, np.asarray(f)[:n],
+                      {k: np.asarray(v)[:n] for k, v in J.items()}))
     names = [p.name for p in plain]
     by_name = {p.name: p for p in plain}
     used, out = set(), []
