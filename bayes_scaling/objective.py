@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 
+import jax
 import jax.numpy as jnp
 import jax.scipy.special as jss
 import numpy as np
@@ -48,6 +49,7 @@ def log_residuals(pred, y):
     return jnp.log(pred) - jnp.log(y)
 
 
+@jax.jit
 def huber_objective(pred, y, delta):
     """Summed Huber loss of the log residuals: the MAP objective J (the Huber likelihood's penalty
     at unit scale with ``c = delta``)."""

@@ -121,3 +121,19 @@ def test_a_fit_is_a_few_programs_not_one_per_operation(method, most):
     n = _programs_lowered(lambda: bs.fit_posterior("chinchilla", df, method=method, seed=0,
                                                    **kw))
     assert n <= most
+
+
+def test_calling_a_law_is_one_program_of_its_whole_formula():
+    # M3's formula (Akimoto et al., Eq. 9 with its saturation and dual-ratio terms) evaluated
+    # operation by operation was 40-odd programs per call shape; compiled, it is one
+    law = bs.laws.get("m3")
+    rows = pd.DataFrame({"M": [1e8, 1e9, 1e10], "D_T": [1e9, 1e10, 1e11], "k": [1.0, 2.0, 4.0],
+                         "r": [0.5, 0.5, 0.9], "r_f": [0.5, 0.5, 0.9], "loss": 3.0})
+    rows = rows.rename(columns={v: law.column(v) for v in law.variables})
+    got = []
+    assert _programs_lowered(lambda: got.append(np.asarray(law(law.example, rows)))) == 1
+    with jax.disable_jit():  # the same values, operation by operation
+        eager = np.asarray(law.fn({k: jnp.asarray(v) for k, v in law.example.items()},
+                                  law.inputs(rows)))
+    np.testing.assert_allclose(got[0], eager, rtol=1e-12)
+    assert np.all(np.isfinite(got[0]))
