@@ -180,8 +180,8 @@ def _laplace_log_draws(spec, starts, train, test, seed, ref=None, pad=True):
     """
     law = spec.law
     data = data_pytree(spec, spec.space.validate(train), pad=pad, ref=ref)
-    u0 = np.atleast_2d(np.asarray(spec.space.u_compiled(jnp.stack(
-        [jnp.asarray(starts[p.name], jnp.float64) for p in spec.free], -1))))
+    u0 = np.atleast_2d(np.asarray(spec.space.u_compiled(np.stack(
+        [np.asarray(starts[p.name], float) for p in spec.free], -1))))
     try:
         top = find_modes(spec, data, u0, np.arange(len(u0), dtype=float))[0]
     except FitError:  # no finite mode from the full table's modes: multi-start MAP, as a fit does

@@ -22,7 +22,6 @@ import pandas as pd
 from ..errors import BayesScalingError, DataError
 from ..laws import Law
 from ..laws import get as get_law
-from ..programs import Programs
 from .distributions import HUBER_C
 from .likelihood import LIKELIHOODS, STUDENT_DF, standard_noise
 
@@ -117,7 +116,9 @@ class ParamDraws:
 
     def evaluate(self, x: Mapping[str, np.ndarray]):
         """Law value for each draw at inputs ``x`` (variable -> array, broadcast against (S, 1))."""
-        return _jit_fn(self.law.fn)(self.params, {k: jnp.asarray(v) for k, v in x.items()})
+        # every parameter as an (S, 1) column; the law's compiled formula (``Law.__call__``)
+        return self.law({k: v[:, None] for k, v in self.params.items()},
+                        {k: jnp.asarray(v) for k, v in x.items()})
 
     def predict_draws(self, df, kind: str = "mean", seed: int = 0) -> np.ndarray:
         """``(S, n)`` losses at the rows of ``df`` for every draw.
@@ -146,15 +147,6 @@ class ParamDraws:
         return ParamDraws(self.law, {k: v[idx] for k, v in self.params.items()},
                           None if self.sigma is None else self.sigma[idx], self.likelihood,
                           self.c, self.student_df, self.data_range, self.target_shift)
-
-
-_JIT_CACHE = Programs(8, "law values")
-
-
-def _jit_fn(fn):
-    """jit(params {name: (S,)}, x {var: array}) -> fn with every parameter as an (S, 1) column."""
-    return _JIT_CACHE.get(fn, lambda: jax.jit(
-        lambda p, x: fn({k: v[:, None] for k, v in p.items()}, x)))
 
 
 def as_draws(obj, max_draws: int | None = None) -> ParamDraws:
