@@ -124,7 +124,7 @@ def test_a_fit_is_a_few_programs_not_one_per_operation(method, most):
 
 
 def test_calling_a_law_is_one_program_of_its_whole_formula():
-    # M3's formula (Akimoto et al., Eq. 9 with its saturation and dual-ratio terms) evaluated
+    # M3's formula (Akimoto et al., Eqs. 8-12: saturation and dual-ratio terms) evaluated
     # operation by operation was 32 programs per call shape; compiled, it is one
     law = bs.laws.get("m3")
     rows = pd.DataFrame({"M": [1e8, 1e9, 1e10], "D_T": [1e9, 1e10, 1e11], "k": [1.0, 2.0, 4.0],

@@ -306,7 +306,7 @@ class Law:
             raise KeyError(f"law {self.name}: missing parameter values {sorted(missing)}")
         x = data if _is_jnp_dict(data, self.variables) else self.inputs(data)
         # compiled, one program per law and shapes: eagerly a law is one program per operation
-        # (32 for M3 at 4403202), each traced and compiled or looked up on its own
+        # (32 for M3), each traced and compiled or looked up on its own
         return _CALLS.get(self.fn, lambda: jax.jit(self.fn))(p, x)
 
     @functools.cached_property
