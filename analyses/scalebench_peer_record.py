@@ -1,7 +1,9 @@
-"""Record the runs the benchmark's own MSPE code buys, for ``analyses/scalebench.py --rescore-peer``.
+"""Record the runs the benchmark's own MSPE or V-opt code buys, for ``analyses/scalebench.py
+--rescore-peer``.
 
-The benchmark's ``mspe.py`` (arXiv 2604.22753; its repository, MIT) reports only its own running
-fit at each budget checkpoint. This script imports it unchanged, from its own checkout and
+The benchmark's ``mspe.py`` and ``vopt.py`` (arXiv 2604.22753; its repository, MIT) report only
+their own running fit at each budget checkpoint. This script imports one unchanged, from its own
+checkout and
 environment (numpy, scipy, pandas, pyarrow; it does not import bayes_scaling), runs its
 ``run_one`` per (law, repeat, group) exactly as its ``__main__`` does, and keeps the order in which
 it bought runs: the list its pilot (``cheap_init``) returns is the one ``run_one`` appends every
@@ -12,8 +14,8 @@ of the pool's total cost, else the fit before the purchase that first brought th
 ``b``, or the last fit if the budget never reached ``b``. Its runs are recorded the same way.
 
     /path/to/peer-env/bin/python analyses/scalebench_peer_record.py PEER_DIR \\
-        farseer_scaling_law --repeats 10 [--laws sl_1]
-    # -> analyses/out/scalebench/peer/mspe_<task>.jsonl, one line per (law, repeat), resumable
+        farseer_scaling_law --repeats 10 [--laws sl_1] [--method vopt]
+    # -> analyses/out/scalebench/peer/<method>_<task>.jsonl, one line per (law, repeat), resumable
 
 Each line: ``dataset``, ``law``, ``seed`` (the repeat's: 42 + repeat, the code's ``RNG_SEED``),
 ``groups`` (per group: ``group``, ``selected`` {checkpoint: pool indices}, ``theta``
@@ -53,16 +55,19 @@ def checkpoint_runs(order, n_pilot, cost, total, checkpoints):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("peer_dir", help="the benchmark's checkout (holds mspe.py and benchmark/)")
+    ap.add_argument("peer_dir", help="the benchmark's checkout (holds mspe.py, vopt.py and "
+                    "benchmark/)")
     ap.add_argument("task")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--laws", default=None, help="law ids, comma-separated (default: all)")
+    ap.add_argument("--method", choices=("mspe", "vopt"), default="mspe",
+                    help="the benchmark's script to run (default mspe)")
     a = ap.parse_args(argv)
 
     peer = Path(a.peer_dir).resolve()
     sys.path.insert(0, str(peer))
-    sys.argv = ["mspe.py", a.task, str(a.repeats)]
-    mspe = importlib.import_module("mspe")
+    sys.argv = [f"{a.method}.py", a.task, str(a.repeats)]
+    mspe = importlib.import_module(a.method)  # both scripts share this structure
 
     pilots = []
     cheap_init = mspe.cheap_init
@@ -75,7 +80,7 @@ def main(argv=None):
     mspe.cheap_init = recording_cheap_init
 
     OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / f"mspe_{a.task}.jsonl"
+    path = OUT / f"{a.method}_{a.task}.jsonl"
     done = set()
     if path.exists():
         for line in path.read_text().splitlines():
