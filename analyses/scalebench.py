@@ -656,7 +656,7 @@ def main(argv=None, compile_cache=None):
         if a.rescore_peer:
             peer.rescore_peer(a.data_dir)
         if a.compare_peer:
-            peer.compare_report()
+            peer.compare_report(a.data_dir)
         return 0
     if a.speed:
         return speed(a.data_dir)

@@ -15,7 +15,7 @@ Resumable: finished (task, law, method, seed) jobs are skipped, each job appende
 ``peer/`` holds what the benchmark's code wrote when run here: ``harness_<task>_<method>.json``
 (``python -m benchmark.main --dataset <task> --method <m> --repeat 10 --n-restarts 64
 --workers 1``: per law, mean and std of R^2 over seeds 0-9) and ``<method>_<task>.jsonl`` (its
-``mspe.py`` with the runs each repeat bought recorded at every checkpoint by
+``mspe.py`` or ``vopt.py`` with the runs each repeat bought recorded at every checkpoint by
 ``analyses/scalebench_peer_record.py``, which imports it unchanged: one line per (law, repeat)
 with each group's purchases and the parameters of its own running fit).
 ``peer_rescored.csv`` refits those purchases with both scorers (starts: 64 uniform draws from
@@ -204,9 +204,10 @@ def _fmt(s):
     return f"{s[0]:.2f} ± {s[1]:.2f} ({s[2]}x{s[3]})"
 
 
-def compare_report():
+def compare_report(data_dir=None):
     """Write ``harness_agreement.md`` and ``mspe.md`` from :data:`SCORERS_CSV`,
-    :data:`RESCORED_CSV` and ``peer/``."""
+    :data:`RESCORED_CSV` and ``peer/`` (``data_dir``: the ScaleBench folder, for the pools'
+    costs)."""
     ours = pd.read_csv(SCORERS_CSV).drop_duplicates(KEY + ["budget"], keep="last") \
         if SCORERS_CSV.exists() else pd.DataFrame(columns=KEY + ["budget"])
     inverse = {v: k for k, v in PEER_NAMES.items()}
@@ -260,7 +261,7 @@ def compare_report():
     lines += _runtime(ours)
     (OUT / "harness_agreement.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    mspe_report(ours)
+    mspe_report(ours, data_dir)
 
 
 def _runtime(ours):
@@ -275,7 +276,7 @@ def _runtime(ours):
     return lines + [""]
 
 
-def mspe_report(ours):
+def mspe_report(ours, data_dir=None):
     resc = pd.read_csv(RESCORED_CSV) if RESCORED_CSV.exists() else pd.DataFrame(
         columns=KEY + ["budget"])
     lines = ["# `mspe` against the benchmark's own MSPE code, and `bayes` against `mspe`", "",
@@ -326,9 +327,44 @@ def mspe_report(ours):
         for (t, m), r in rt.iterrows():
             lines.append(f"| {SHORT[t]} | {m} | {int(r['count'])} | {r['mean']:.0f} |")
         lines.append("")
+    lines += spend_section(ours, resc, data_dir)
     lines += _runtime(ours)
     (OUT / "mspe.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def spend_section(ours, resc, data_dir=None) -> list[str]:
+    """Runs bought and the share of the pool's cost spent at each checkpoint, the peer's code
+    against ours: a checkpoint of the peer's loop gets its pilot's fit when the pilot alone
+    reaches it, whatever the pilot spent (2% of the pool), where our harness keeps every
+    checkpoint within its budget."""
+    methods = ("peer_mspe", "mspe", "peer_vopt", "v_opt")
+    both = pd.concat([resc[resc.method.isin(methods[::2])] if len(resc) else resc,
+                      ours[ours.method.isin(methods[1::2])] if len(ours) else ours])
+    if both.empty:
+        return []
+    pool = {}
+    for task, law in both[["task", "law"]].drop_duplicates().itertuples(index=False):
+        groups = bs.design.scalebench_task(task, law, data_dir=data_dir).groups()
+        pool[task, law] = float(sum(g.cost.sum() for g in groups))
+    both = both.assign(share=[c / pool[t, law] for t, law, c in
+                              both[["task", "law", "cost_spent"]].itertuples(index=False)])
+    lines = ["## Runs bought and share of the pool's cost spent at each checkpoint", "",
+             "Mean over the (law, seed) jobs each side ran. A checkpoint of the peer's loop",
+             "gets its pilot's fit when the pilot alone reaches it, whatever the pilot spent (up",
+             "to 2% of the pool); our harness keeps every checkpoint within its budget.", "",
+             "| task | budget | " + " | ".join(methods) + " |",
+             "|---|---|" + "---|" * len(methods)]
+    for task in SHORT:
+        for b in BUDGETS:
+            cells = []
+            for m in methods:
+                sub = both[(both.task == task) & (both.method == m) & np.isclose(both.budget, b)]
+                cells.append(f"{sub.n_runs.mean():.1f} runs, {100 * sub.share.mean():.2f}%"
+                             if len(sub) else "-")
+            if any(c != "-" for c in cells):
+                lines.append(f"| {SHORT[task]} | {int(b * 100)}% | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def paired_section(ours, label: str = "bayes", against: str = "mspe") -> list[str]:
