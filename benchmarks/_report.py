@@ -10,14 +10,23 @@ from scaleout import get_executor, use_compile_cache
 BENCHMARKS = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
 
 
+#: A line in a generated section after which its hand-written notes begin: regenerating the
+#: section keeps them.
+NOTES = "Notes (kept when the section above is regenerated):"
+
+
 def replace_section(heading: str, section: str, path: Path = BENCHMARKS) -> None:
     """Put ``section`` (starting with ``## <heading>``) in place of the section of that heading in
-    ``path``, or append it when there is none; the other sections stay as they are."""
+    ``path``, or append it when there is none; the other sections stay as they are, and so do
+    the old section's notes from its :data:`NOTES` line on."""
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     section = section.rstrip("\n") + "\n"
     start = text.find(f"## {heading}")
     if start >= 0:
         end = text.find("\n## ", start + 1)
+        old = text[start:] if end < 0 else text[start:end + 1]
+        if NOTES in old and NOTES not in section:
+            section += "\n" + old[old.index(NOTES):].rstrip("\n") + "\n"
         text = text[:start] + section + ("" if end < 0 else "\n" + text[end + 1:])
     else:
         text = text.rstrip("\n") + "\n\n" + section
