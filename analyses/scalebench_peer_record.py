@@ -3,8 +3,7 @@
 
 The benchmark's ``mspe.py`` and ``vopt.py`` (arXiv 2604.22753; its repository, MIT) report only
 their own running fit at each budget checkpoint. This script imports one unchanged, from its own
-checkout and
-environment (numpy, scipy, pandas, pyarrow; it does not import bayes_scaling), runs its
+checkout and environment (numpy, scipy, pandas, pyarrow; it does not import bayes_scaling), runs its
 ``run_one`` per (law, repeat, group) exactly as its ``__main__`` does, and keeps the order in which
 it bought runs: the list its pilot (``cheap_init``) returns is the one ``run_one`` appends every
 later purchase to, so holding it is enough. Nothing in the method is changed.
@@ -67,17 +66,17 @@ def main(argv=None):
     peer = Path(a.peer_dir).resolve()
     sys.path.insert(0, str(peer))
     sys.argv = [f"{a.method}.py", a.task, str(a.repeats)]
-    mspe = importlib.import_module(a.method)  # both scripts share this structure
+    script = importlib.import_module(a.method)  # both scripts share this structure
 
     pilots = []
-    cheap_init = mspe.cheap_init
+    cheap_init = script.cheap_init
 
     def recording_cheap_init(*args, **kw):
         chosen = cheap_init(*args, **kw)
         pilots.append((chosen, len(chosen)))  # run_one appends later purchases to this list
         return chosen
 
-    mspe.cheap_init = recording_cheap_init
+    script.cheap_init = recording_cheap_init
 
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{a.method}_{a.task}.jsonl"
@@ -88,24 +87,24 @@ def main(argv=None):
                 r = json.loads(line)
                 done.add((r["law"], int(r["seed"])))
     wanted = set(a.laws.split(",")) if a.laws else None
-    for task_obj in mspe.load_tasks_for_dataset(a.task):
+    for task_obj in script.load_tasks_for_dataset(a.task):
         if wanted is not None and task_obj.sl_id not in wanted:
             continue
-        checkpoints = task_obj.budget_checkpoints or mspe.DEFAULT_CHECKPOINTS
-        mspe.CHECKPOINTS = checkpoints
+        checkpoints = task_obj.budget_checkpoints or script.DEFAULT_CHECKPOINTS
+        script.CHECKPOINTS = checkpoints
         for rep in range(a.repeats):
-            seed = mspe.RNG_SEED + rep
+            seed = script.RNG_SEED + rep
             if (task_obj.sl_id, seed) in done:
                 continue
             t0 = time.time()
             groups = []
             for gi, gd in enumerate(task_obj.groups):
-                mspe.setup_task(task_obj, gi)
+                script.setup_task(task_obj, gi)
                 pilots.clear()
-                thetas = mspe.run_one(seed, verbose=False)
+                thetas = script.run_one(seed, verbose=False)
                 order, n_pilot = pilots[0]
-                runs = checkpoint_runs([int(i) for i in order], n_pilot, mspe.cost_train,
-                                       mspe.total_cost, checkpoints)
+                runs = checkpoint_runs([int(i) for i in order], n_pilot, script.cost_train,
+                                       script.total_cost, checkpoints)
                 groups.append({"group": str(gd.group),
                                "selected": {str(b): runs[b] for b in checkpoints},
                                "theta": {str(b): [float(v) for v in thetas[b]]
