@@ -349,8 +349,8 @@ def spend_section(ours, resc, data_dir=None) -> list[str]:
     """Runs bought and the share of the pool's cost spent at each checkpoint, the peer's code
     (``resc``) against ours, per (task, budget)."""
     methods = ("peer_mspe", "mspe", "peer_vopt", "v_opt")
-    both = pd.concat([resc[resc.method.isin(methods[::2])] if len(resc) else resc,
-                      ours[ours.method.isin(methods[1::2])] if len(ours) else ours])
+    both = pd.concat([resc[resc.method.isin(methods[::2])],
+                      ours[ours.method.isin(methods[1::2])]])
     if both.empty:
         return []
     pool = {}

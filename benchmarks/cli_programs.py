@@ -6,7 +6,7 @@ or loading from the persistent cache), with their counts.
 Run it twice with the same ``XDG_CACHE_HOME`` to see a warm process (every program loaded from
 the persistent cache: what remains is tracing and lowering, which no cache keeps):
 
-    XDG_CACHE_HOME=/tmp/cache PYTHONPATH=. python benchmarks/cli_programs.py \
+    XDG_CACHE_HOME=.probe-cache PYTHONPATH=. python benchmarks/cli_programs.py \
         posterior --law chinchilla --method laplace train.csv --out lap.nc
 """
 from __future__ import annotations
