@@ -336,7 +336,10 @@ def fit_map(
 
     Returns:
         :class:`MapFit`. Starts that end non-finite are kept in ``fit.starts`` (``finite=False``),
-        counted, and never chosen.
+        counted, and never chosen. When every drawn start ends non-finite (the law predicts a
+        loss at or below 0 at some row from each), they are moved once to where the law is
+        positive at every row (:func:`feasible_starts`) and run again; ``fit.settings
+        ["starts_moved_to_positive_law"]`` records it, and ``fit.starts`` holds the moved starts.
 
     Raises:
         DataError: bad table (see ``validate``). FitError: every start failed.
@@ -369,6 +372,16 @@ def fit_map(
         raise FitError(f"method must be 'jax' or 'scipy', got {method!r}")
 
     finite = np.isfinite(obj) & np.all(np.isfinite(theta), axis=1)
+    moved = not finite.any() and method == "jax" and inits is None
+    if moved:
+        # no start had a finite objective: move them to where the law is positive, once
+        theta0 = feasible_starts(space, theta0, prob.args(delta), log_y=False)
+        u, val, n_iter, gnorm = lbfgs_multistart(
+            f, space.u_compiled(jnp.asarray(theta0)), prob.args(delta), max_iter=max_iter)
+        theta = np.asarray(space.theta_compiled(jnp.asarray(u)))
+        obj = val * scale
+        converged = gnorm < 1e-6
+        finite = np.isfinite(obj) & np.all(np.isfinite(theta), axis=1)
     if not finite.any():
         raise FitError(f"all {len(obj)} starts of {prob.law.name} ended non-finite; check the table "
                        "and the init ranges (law.describe())")
@@ -395,7 +408,7 @@ def fit_map(
             "delta": delta, "n_starts": len(theta0), "seed": seed, "method": method,
             "fixed": dict(space.fixed), "max_iter": max_iter,
             "clipped": vdf.attrs.get("clipped", {}), "seconds": time.perf_counter() - t0,
-            "target_shift": shift,
+            "target_shift": shift, "starts_moved_to_positive_law": moved,
         },
         data_hash=data_hash(vdf, cols + ["loss"]),
         n_rows=n,
@@ -418,6 +431,36 @@ def _normalised_objective(key, prob: Problem):
 
         _OBJECTIVES[key] = f
     return _OBJECTIVES[key]
+
+
+_FEASIBLE: dict = {}
+
+
+def feasible_starts(space: ParamSpace, theta0, args, *, log_y: bool, max_iter: int = 200):
+    """Starts ``theta0`` (rows of natural values) moved to where the law predicts at least half
+    of every row's loss, by L-BFGS on ``mean_i relu(1/2 - f_i / L_i)^2`` (0 there, finite
+    wherever the law's value is a number, whatever its sign). A start where the law predicts a
+    loss at or below 0 at some row has no finite objective and cannot move; init ranges chosen
+    wide for a signed coefficient (a decay term ``- C S`` with ``C`` drawn from (0, 1) where ``S``
+    reaches 2000) can leave every draw there. ``args`` holds the padded rows (``x``, ``y``, ``w``,
+    ``fixed``: :meth:`Problem.args` with ``log_y=False``, the posterior's data with ``y = log L``).
+    The caller checks which moved starts its own objective finds finite."""
+    key = (space.law.fn, *space.structure, log_y)
+    if key not in _FEASIBLE:
+        law = space.law
+
+        def g(u, args):
+            f = law.fn(space.full_params(space.theta(u), args["fixed"]), args["x"])
+            loss = jnp.exp(args["y"]) if log_y else args["y"]
+            gap = jnp.maximum(0.5 - f / loss, 0.0)
+            w = args["w"]
+            return jnp.sum(jnp.where(w > 0, w * gap ** 2, 0.0)) / jnp.sum(w)
+
+        _FEASIBLE[key] = g
+    sub = {k: args[k] for k in ("x", "y", "w", "fixed")}
+    u, _, _, _ = lbfgs_multistart(_FEASIBLE[key], space.u_compiled(jnp.asarray(theta0)), sub,
+                                  max_iter=max_iter)
+    return np.asarray(space.theta_compiled(jnp.asarray(u)))
 
 
 def _scipy_multistart(prob: Problem, theta0, delta, max_iter):

@@ -78,3 +78,58 @@ def test_every_seed_reaches_the_basin_of_the_truth(seed):
     assert theta["sigma"] < 4 * SIGMA
     assert abs(theta["alpha"] - TRUE["alpha"]) < 0.1
     assert int(np.isfinite(starts["neg_log_post"]).sum()) >= 12
+
+
+def _anneal_table():
+    """A learning-rate annealing law (Tissue et al. 2024, Eq. 1 form: ``L0 + A S1^-alpha - C S2``)
+    written as a user would, with the decay coefficient's init range (0, 1) where the table's
+    annealing area ``S2`` reaches 2000: only ``C`` below about 0.001 predicts a positive loss at
+    every row, so nearly every draw from the init ranges is a start whose density is not finite."""
+    law = bs.laws.Law(
+        name="user_anneal_starts", variables=("S1", "S2"),
+        params=(bs.laws.Param("L0", 0.0, 10.0, (1.0, 3.0)),
+                bs.laws.Param("A", 0.0, 100.0, (0.1, 10.0), log_init=True),
+                bs.laws.Param("alpha", 0.01, 2.0, (0.1, 1.0)),
+                bs.laws.Param("C", -10.0, 10.0, (0.0, 1.0))),
+        fn=lambda p, x: p["L0"] + p["A"] * x["S1"] ** -p["alpha"] - p["C"] * x["S2"],
+        equation="L0 + A S1^-alpha - C S2")
+    truth = {"L0": 2.8, "A": 0.45, "alpha": 0.5, "C": 3e-5}
+    s1 = np.geomspace(10.0, 1000.0, 40)
+    s2 = np.r_[np.zeros(20), np.linspace(100.0, 2000.0, 20)]
+    x = {"S1": jnp.asarray(s1), "S2": jnp.asarray(s2)}
+    mean = np.asarray(law.fn({k: jnp.asarray(v) for k, v in truth.items()}, x))
+    loss = mean * np.exp(0.01 * np.random.default_rng(0).standard_normal(40))
+    return law, truth, pd.DataFrame({"S1": s1, "S2": s2, "loss": loss})
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_starts_no_draw_makes_finite_are_moved_to_where_the_law_is_positive(seed):
+    law, truth, df = _anneal_table()
+    spec = make_spec(law, coordinates=None)
+    data = data_pytree(spec, spec.space.validate(df))
+    args = {"data": data, "n": jnp.asarray(float(np.sum(data["w"])))}
+    drawn = np.concatenate([spec.space.sample_inits(16, seed if k == 0 else [seed, k])
+                            for k in range(8)])
+    assert _finite_share(spec, data, drawn) <= 2 / len(drawn)  # the problem is real at this seed
+    kept = screened_inits(spec, args, 16, seed)
+    assert _finite_share(spec, data, kept) >= 0.75
+    theta, _, starts, _ = map_stage(spec, data, 16, seed, 1000)
+    assert int(np.isfinite(starts["neg_log_post"]).sum()) >= 12
+    assert theta["C"] == pytest.approx(truth["C"], abs=2e-5)
+    assert theta["L0"] == pytest.approx(truth["L0"], abs=0.1)
+
+
+def test_fit_map_moves_starts_when_no_drawn_start_is_finite():
+    law, truth, df = _anneal_table()
+    fits = []
+    for seed in (0, 1):
+        fit = bs.fit_map(law, df, delta=1e-3, seed=seed)
+        assert fit.settings["starts_moved_to_positive_law"]
+        assert fit.n_failed <= 16  # of 64
+        assert fit.params["C"] == pytest.approx(truth["C"], abs=2e-5)
+        assert fit.params["L0"] == pytest.approx(truth["L0"], abs=0.1)
+        fits.append(fit)
+    assert fits[0].objective == pytest.approx(fits[1].objective, rel=1e-6)  # the seed does not decide
+    plain = bs.fit_map("chinchilla", bs.datasets.load("chinchilla_epoch").query("epoch_kept"),
+                       delta=1e-3, n_starts=8, seed=0)
+    assert not plain.settings["starts_moved_to_positive_law"]

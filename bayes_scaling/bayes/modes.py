@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import FitError
-from ..fit import lbfgs_multistart
+from ..fit import feasible_starts, lbfgs_multistart
 from .distributions import HUBER_C
 from .likelihood import STUDENT_DF
 from .model import cached, log_joint_batch, map_objective, map_objective_batch, to_s_batch
@@ -72,7 +72,11 @@ def screened_inits(spec, args, n_starts, seed):
     batch ``k`` that of ``[seed, k]``) until ``n_starts`` have a finite density or ``SCREEN``
     batches were drawn; the first finite ones are kept, in draw order, so they are as spread as
     the ranges are, and a table where every start is finite keeps the plain draw. When too few
-    are finite, non-finite ones fill the count."""
+    are finite, the first non-finite ones are moved to where the law predicts at least half of
+    every row's loss (:func:`~bayes_scaling.fit.feasible_starts`): init ranges a user
+    chose wide for a signed coefficient (a decay term ``- C S`` with ``C`` drawn from (0, 1) on a
+    table where ``S`` reaches 200) can leave no finite start in hundreds of draws. Non-finite
+    ones fill what is still missing."""
     f = map_objective_batch(spec)
     kept, spare = [], []
     for k in range(SCREEN):
@@ -82,6 +86,12 @@ def screened_inits(spec, args, n_starts, seed):
         spare += list(cand[~ok])
         if len(kept) >= n_starts:
             break
+    if len(kept) < n_starts:
+        spare = np.stack(spare[:n_starts])
+        moved = feasible_starts(spec.space, spare, args["data"], log_y=True)
+        ok = np.isfinite(np.asarray(f(spec.space.u_compiled(jnp.asarray(moved)), args)))
+        kept += list(moved[ok])
+        spare = list(spare[~ok])
     return np.stack((kept + spare)[:n_starts])
 
 
