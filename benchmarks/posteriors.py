@@ -86,7 +86,7 @@ sys.path.insert(0, str(ROOT))
 import bayes_scaling as bs  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from user_laws import LAWS as USER_LAWS, OWN_INPUT_LAWS  # noqa: E402
+from user_laws import LAWS as USER_LAWS, LR_LAW, OWN_INPUT_LAWS, SIMULATED_LAWS  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "out" / "posteriors"
 RESULTS = OUT / "results.jsonl"
@@ -130,6 +130,10 @@ class Case:
     def law(self):
         if self.law_name.startswith("user_"):
             name = self.law_name[len("user_"):]
+            if name in SIMULATED_LAWS:
+                return SIMULATED_LAWS[name][0]
+            if name == LR_LAW.name[len("user_"):]:
+                return LR_LAW
             return USER_LAWS[name] if name in USER_LAWS else OWN_INPUT_LAWS[name]
         if "/" in self.law_name:
             task, law_id = self.law_name.rsplit("/", 1)
@@ -345,6 +349,26 @@ def misfitting():
     return best[["loss", "N", "D", "model", "train_tokens", "peak_lr"]].reset_index(drop=True)
 
 
+def misfitting_every_lr():
+    """Final checkpoints at every peak learning rate tried, the rate as a column: 253 runs (of the
+    file's 261 rows, 8 repeat another's loss, N, D and rate under another sweep's id)."""
+    df = pd.read_csv(SHARED / "misfitting_li2025" / "scaling_results_last_ckpt_only.csv")
+    df = df.drop_duplicates(["loss", "N", "D", "peak_lr"])
+    return df[["loss", "N", "D", "peak_lr", "model"]].rename(columns={"peak_lr": "lr"}) \
+        .reset_index(drop=True)
+
+
+def _user_sim_build(name):
+    def build():
+        law, truth, design = SIMULATED_LAWS[name]
+        sigma = 0.01
+        table = simulate(law, design(), truth, sigma, zlib.crc32(name.encode()) % 100_000)
+        return Built(table, {}, {**truth, "sigma": sigma},
+                     f"simulated from stated values; {len(table)} rows; Huber noise sigma {sigma}")
+
+    return build
+
+
 def polypythia(points=20, first_step=1000):
     """Per size, the mean training loss over 100 steps around ``points`` log-spaced steps from
     ``first_step`` to the end (tokens = steps x 2,097,152): loss-curve points of three runs."""
@@ -455,6 +479,12 @@ def cases() -> list[Case]:
     for table, load, note, name in OWN_TABLES:
         out.append(Case(f"user/{table}/{name}", "user", "user", f"user_{name}",
                         _fixed_build(load, note=note)))
+    for name in SIMULATED_LAWS:
+        out.append(Case(f"user/simulated/{name}", "user", "user", f"user_{name}",
+                        _user_sim_build(name)))
+    out.append(Case("user/misfitting_li2025/final-every-lr/lr_penalty", "user", "user",
+                    LR_LAW.name, _fixed_build(misfitting_every_lr, note=(
+                        "final checkpoints at every peak learning rate (253 distinct runs)"))))
     out.append(Case("extra/regmix/chinchilla", "chinchilla", "extra", "chinchilla",
                     skip="each RegMix table holds one model size and one token budget (the 60M "
                          "runs' budget is not stated): no N or D variation for L(N, D)"))

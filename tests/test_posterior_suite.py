@@ -57,7 +57,8 @@ def test_user_cases_are_laws_the_engine_was_never_told_about(suite, cases):
     """The user/ cases stand for laws a user brings: none is registered, and none declares
     structure the sampler could use (linear coefficients, coordinate blocks, prior references)."""
     user = [c for c in cases if c.kind == "user"]
-    assert len(user) == len(suite.USER_LAWS) * len(suite.USER_TABLES) + len(suite.OWN_TABLES)
+    assert len(user) == (len(suite.USER_LAWS) * len(suite.USER_TABLES) + len(suite.OWN_TABLES)
+                         + len(suite.SIMULATED_LAWS) + 1)
     assert len(user) >= 21 and {c.law_name for c in user} >= {"user_mixing"}
     registered = set(bs.laws.names())
     for c in user:
