@@ -1,4 +1,5 @@
 """bs.design.recommend: the next runs to buy from a user's pool, on pools simulated from a known law."""
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
@@ -6,6 +7,7 @@ from conftest import learning_rate_law, offset_power_law
 
 import bayes_scaling as bs
 from bayes_scaling.errors import BayesScalingError, DataError, OptionError
+from bayes_scaling.laws import Law, Param
 
 LAW = offset_power_law("rec_power")
 TRUE = {"E": 1.8, "A": 400.0, "alpha": 0.34}
@@ -135,3 +137,24 @@ def test_the_figure_keeps_an_input_that_is_not_positive_on_a_linear_axis(tmp_pat
     assert (ax.get_xscale(), ax.get_yscale()) == ("log", "linear")
     lo, hi = ax.get_ylim()
     assert lo < -4.0 and hi > -2.0  # every learning rate drawn inside the axis
+
+
+def test_runs_that_differ_only_in_an_input_not_drawn_share_one_label(tmp_path):
+    # a third input (a learning rate) is not drawn: two recommended runs at one (N, D) point
+    # were labelled on top of each other, and the first label vanished under the second
+    def three(p, x):
+        return p["E"] + p["A"] / x["N"] ** p["a"] + 0.01 * jnp.log(x["lr"] / 1e-3) ** 2
+    law = Law(name="rec_three_inputs", variables=("N", "D", "lr"), fn=three,
+              params=(Param("E", 0.0, 5.0, (1.0, 2.0)), Param("A", 1.0, 1e4, (10.0, 1e3)),
+                      Param("a", 0.05, 1.0, (0.1, 0.5))))
+    pool = pd.DataFrame([(n, d, lr) for n in np.geomspace(1e6, 1e8, 5) for d in (1e9, 2e9)
+                         for lr in (1e-3, 3e-3)], columns=["N", "D", "lr"])
+    pool["loss"] = np.asarray(law({"E": 1.7, "A": 400.0, "a": 0.3}, pool))
+    pool.loc[pool["N"] > 2e7, "loss"] = np.nan
+    rec = pd.DataFrame({"row": [pool.index[-1], pool.index[-2], pool.index[-4]]})
+    targets = pd.DataFrame({"N": [1e9], "D": [4e9], "lr": [1e-3]})
+    fig = bs.design.recommend_figure(pool, rec, law=law, cost="N", targets=targets)
+    ax = fig.axes[0]
+    labels = sorted(t.get_text() for t in ax.texts)
+    assert labels == ["1, 2", "3"]  # rows -1 and -2 differ only in lr; -4 is another D
+    assert ax.get_title() == "next runs to buy (rec_three_inputs; lr not drawn)"

@@ -350,7 +350,8 @@ def recommend_figure(pool: pd.DataFrame, rec: pd.DataFrame, *, law, cost, target
                      loss="loss", done=None, path=None):
     """The pool in the plane of the law's first two variables (log axes), or of its variable and
     the run's cost when it reads one: runs done, candidates, the runs recommended (numbered in
-    order) and the target rows (stars; vertical lines on the cost plane). Returns the matplotlib
+    order; runs that differ only in a variable not drawn share one label, "1, 6", and the title
+    names those variables) and the target rows (stars; vertical lines on the cost plane). Returns the matplotlib
     Figure; writes a PNG to ``path``."""
     from matplotlib.figure import Figure
 
@@ -380,8 +381,12 @@ def recommend_figure(pool: pd.DataFrame, rec: pd.DataFrame, *, law, cost, target
         if len(rec):
             hx, hy = coords(pool.loc[rec["row"]])
             ax.scatter(hx, hy, s=60, c="C3", label=f"recommended ({len(rec)})", zorder=3)
-            for k, (a, b) in enumerate(zip(hx, hy), 1):
-                ax.annotate(str(k), (a, b), textcoords="offset points", xytext=(6, 6),
+            # runs that differ only in an input not drawn share a point: one label "1, 6"
+            steps: dict = {}
+            for k, ab in enumerate(zip(hx, hy), 1):
+                steps.setdefault(ab, []).append(str(k))
+            for (a, b), ks in steps.items():
+                ax.annotate(", ".join(ks), (a, b), textcoords="offset points", xytext=(6, 6),
                             fontsize=9, fontweight="bold", color="C3", zorder=5,
                             bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none",
                                       alpha=0.8))
@@ -399,7 +404,9 @@ def recommend_figure(pool: pd.DataFrame, rec: pd.DataFrame, *, law, cost, target
                 getattr(ax, f"set_{axis}scale")("log")
         ax.set_xlabel(law.column(xv))
         ax.set_ylabel(law.column(yv) if yv else "cost")
-        ax.set_title(f"next runs to buy ({law.name})")
+        hidden = [law.column(v) for v in law.variables[2:]]
+        ax.set_title(f"next runs to buy ({law.name})" if not hidden else
+                     f"next runs to buy ({law.name}; {', '.join(hidden)} not drawn)")
         ax.legend(loc="best", fontsize=8)
         if path is not None:
             fig.savefig(path, dpi=120, bbox_inches="tight")
