@@ -129,7 +129,8 @@ def test_fit_map_moves_starts_when_no_drawn_start_is_finite():
         assert fit.params["C"] == pytest.approx(truth["C"], abs=2e-5)
         assert fit.params["L0"] == pytest.approx(truth["L0"], abs=0.1)
         fits.append(fit)
-    assert fits[0].objective == pytest.approx(fits[1].objective, rel=1e-6)  # the seed does not decide
+    # the seed does not decide
+    assert fits[0].objective == pytest.approx(fits[1].objective, rel=1e-6)
     plain = bs.fit_map("chinchilla", bs.datasets.load("chinchilla_epoch").query("epoch_kept"),
                        delta=1e-3, n_starts=8, seed=0)
     assert not plain.settings["starts_moved_to_positive_law"]

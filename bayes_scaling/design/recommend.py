@@ -351,8 +351,8 @@ def recommend_figure(pool: pd.DataFrame, rec: pd.DataFrame, *, law, cost, target
     """The pool in the plane of the law's first two variables (log axes), or of its variable and
     the run's cost when it reads one: runs done, candidates, the runs recommended (numbered in
     order; runs that differ only in a variable not drawn share one label, "1, 6", and the title
-    names those variables) and the target rows (stars; vertical lines on the cost plane). Returns the matplotlib
-    Figure; writes a PNG to ``path``."""
+    names those variables) and the target rows (stars; vertical lines on the cost plane).
+    Returns the matplotlib Figure; writes a PNG to ``path``."""
     from matplotlib.figure import Figure
 
     from ..plots import style
