@@ -109,8 +109,15 @@ def cmd_recommend(args) -> None:
         print(f"spent {rec['cum_cost'].iloc[-1]:.4g} of {a['budget']:.4g}; greedy rule: "
               f"{a['greedy']}")
         if a.get("simulated_by_rule"):
+            crit = a["criterion_rule"]
             print("plans refitted in simulated worlds, mean squared error at the targets: "
                   + ", ".join(f"{r} {e:.4g}" for r, e in a["simulated_by_rule"].items()))
+            print("  per world, typically (geometric mean of the paired ratios) "
+                  + ", ".join(f"{r} {t:.3g}x" for r, t in a["simulated_typical_ratio"].items())
+                  + f" the criterion's plan ({crit}); "
+                  + ("kept: no plan was 2x better both on average and typically, with the "
+                     "paired evidence clear" if a["greedy"] == crit else
+                     f"{a['greedy']} replaces it"))
     if args.out:
         rec.to_csv(args.out, index=False)
         print(f"saved {args.out}")

@@ -147,6 +147,7 @@ def test_design_command_simulate_option_is_passed_and_checked(tmp_path, capsys):
     budget = 0.25 * (6 * pool["N"] * pool["D"])[pool["loss"].isna()].sum()
     assert len(rec) >= 1 and rec["cum_cost"].iloc[-1] <= budget * (1 + 1e-12)
     ruled = "simulated worlds" in text
+    assert ruled == ("per world, typically" in text)  # how the plans compare world by world
     plain = design_recommend(pool, simulate=0)
     both = design_recommend(pool, simulate=4)
     assert ruled == (both.attrs["simulated_by_rule"] is not None)

@@ -112,9 +112,13 @@ def test_recommend_follows_the_worlds_only_to_a_plan_they_score_lower():
         rec = recommend(pool, law=LAW, cost="N", targets=targets, budget=room, simulate=16,
                         seed=seed)
         sim = rec.attrs["simulated_by_rule"]
+        assert rec.attrs["criterion_rule"] == "ratio"
+        typical = rec.attrs["simulated_typical_ratio"]  # the gain plan's error over ratio's
+        assert (typical is None) == (sim is None) and (sim is None or set(typical) == {"gain"})
         if rec["row"].tolist() == [3]:
             moved += 1
             assert rec.attrs["greedy"] == "gain" and sim["gain"] < sim["ratio"]
+            assert typical["gain"] <= 0.5  # overruled only when typically 2x better
         else:
             assert sorted(rec["row"]) == [1, 2]
     assert moved >= 1

@@ -26,7 +26,7 @@ from ..laws import Law
 from ..laws import get as get_law
 from .acquisition import RULES, best_rule, greedy_refit
 from .fitting import least_squares, uniform_starts
-from .posterior import WORLDS, LaplaceMixture, kernel, overruled
+from .posterior import WORLDS, LaplaceMixture, kernel, log_ratios, overruled
 from .task import Group
 
 __all__ = ["COLUMNS", "cost_formula", "recommend", "recommend_figure", "select_rows",
@@ -282,7 +282,7 @@ def recommend(pool: pd.DataFrame, *, law, cost, targets, budget, loss: str = "lo
                             post.sigma2, costs, room, spread=spread, cost_power=power)
 
     rule, (picks, values, v0), final = best_rule(run)
-    simulated = None
+    simulated, criterion = None, rule
     if simulate:  # the worlds may overrule the rule kept (docs/design.md)
         others = [r for r in ("ratio", "gain") if r != rule]
         plans = {rule: (picks, values, v0), **{r: run(RULES[r]) for r in others}}
@@ -292,9 +292,13 @@ def recommend(pool: pd.DataFrame, *, law, cost, targets, budget, loss: str = "lo
         if len(keys) > 1:
             err = post.refit_errors(rows_x, np.arange(nd), [nd + np.array(k, int) for k in keys],
                                     x_tgt, simulate, n_starts, np.random.default_rng(seed + 1))
+            criterion = rule
             rule = list(keys.values())[overruled(err, 0)]
             picks, values, v0 = plans[rule]
             simulated = {r: float(e) for r, e in zip(keys.values(), err.mean(1))}
+            # per world, each plan's error over the criterion's plan's (geometric mean)
+            typical = {r: float(np.exp(-m)) for r, m in
+                       zip(keys.values(), log_ratios(err, 0).mean(1)) if r != criterion}
     out, prev, cum = [], v0, 0.0
     for step, (c, v) in enumerate(zip(picks, values), 1):
         cum += costs[c]
@@ -308,6 +312,8 @@ def recommend(pool: pd.DataFrame, *, law, cost, targets, budget, loss: str = "lo
     table = pd.DataFrame(out, columns=None if out else COLUMNS)
     table.attrs.update(budget=float(room), initial_error=float(v0), greedy=rule,
                        final_by_rule=final, simulated_by_rule=simulated,
+                       simulated_typical_ratio=typical if simulated else None,
+                       criterion_rule=criterion,
                        noise_var=float(post.sigma2), n_done=nd,
                        n_candidates=len(cand), n_targets=nt, law=law.name)
     return table
