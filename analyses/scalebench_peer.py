@@ -272,10 +272,35 @@ def compare_report(data_dir=None):
               "(`peer_rescored.csv`), on the laws ours ran; its pilot can overspend the 1%",
               "checkpoint (`mspe.md`, \"Runs bought\"). MSPE's purchases are compared with ours",
               "in `mspe.md`.", ""]
+    lines += _every_method(ours)
     lines += _runtime(ours)
     (OUT / "harness_agreement.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     mspe_report(ours, resc, data_dir)
+
+
+def _every_method(ours):
+    """Every method of ours, each scorer, per (task, budget): mean ± se over seeds, on the jobs
+    ``scorers.csv`` holds (the baselines of the project's own harness, ``d_opt`` among them,
+    beside those the benchmark's harness also runs)."""
+    if ours.empty:
+        return []
+    lines = ["## Every method of ours under both scorers", "",
+             "Cells: benchmark scorer / compiled scorer, each the mean R^2 ± its standard error "
+             "over seeds (laws x seeds per law; `nan` with one seed).", "",
+             "| task | method | " + " | ".join(f"{int(b * 100)}%" for b in BUDGETS) + " |",
+             "|---|---|" + "---|" * len(BUDGETS)]
+    for task in SHORT:
+        for m in sorted(set(ours[ours.task == task].method)):
+            sub = ours[(ours.task == task) & (ours.method == m)]
+            sb, sc = cell_stats(sub, "r2_benchmark"), cell_stats(sub, "r2_compiled")
+            cells = []
+            for b in BUDGETS:
+                x, y = sb.get((task, b)), sc.get((task, b))
+                cells.append(f"{x[0]:.2f} ± {x[1]:.2f} / {y[0]:.2f} ± {y[1]:.2f} "
+                             f"({x[2]}x{x[3]})" if x and y else "-")
+            lines.append(f"| {SHORT[task]} | {m} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _runtime(ours):
