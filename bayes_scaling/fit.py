@@ -383,7 +383,9 @@ def fit_map(
         converged = gnorm < 1e-6
         finite = np.isfinite(obj) & np.all(np.isfinite(theta), axis=1)
     if not finite.any():
-        raise FitError(f"all {len(obj)} starts of {prob.law.name} ended non-finite; check the table "
+        raise FitError(f"all {len(obj)} starts of {prob.law.name} ended non-finite"
+                       + (", also after moving them toward a positive law" if moved else "")
+                       + f"{_where_not_positive(prob, theta0[0], vdf.index)}; check the table "
                        "and the init ranges (law.describe())")
     best = int(np.argmin(np.where(finite, obj, np.inf)))
     params = {nm: float(v) for nm, v in space.full_params(theta[best]).items()}
@@ -431,6 +433,20 @@ def _normalised_objective(key, prob: Problem):
 
         _OBJECTIVES[key] = f
     return _OBJECTIVES[key]
+
+
+def _where_not_positive(prob: Problem, theta, index) -> str:
+    """Where the law, at the natural values ``theta``, predicts no loss (at or below 0, or not a
+    number): ``": from the first start the law predicts ..."`` naming up to 8 rows by the
+    table's labels, or ``""`` when it predicts a positive loss at every row."""
+    pred = np.asarray(prob.predict(jnp.asarray(theta)), float)
+    parts = []
+    for what, bad in (("a loss at or below 0", pred <= 0), ("no number", ~np.isfinite(pred))):
+        if bad.any():
+            rows = [index[i] for i in np.flatnonzero(bad)]
+            shown = ", ".join(map(str, rows[:8])) + (", ..." if len(rows) > 8 else "")
+            parts.append(f"{what} at {len(rows)} rows ({shown})")
+    return ": from the first start the law predicts " + " and ".join(parts) if parts else ""
 
 
 _FEASIBLE: dict = {}

@@ -134,3 +134,21 @@ def test_fit_map_moves_starts_when_no_drawn_start_is_finite():
     plain = bs.fit_map("chinchilla", bs.datasets.load("chinchilla_epoch").query("epoch_kept"),
                        delta=1e-3, n_starts=8, seed=0)
     assert not plain.settings["starts_moved_to_positive_law"]
+
+
+@pytest.mark.parametrize("fn, what", [
+    (lambda p, x: p["E"] - p["A"] * x["N"] ** 0.0, "a loss at or below 0 at 12 rows"),
+    (lambda p, x: jnp.sqrt(p["E"] - p["A"] - 2.0) + 0.0 * x["N"], "no number at 12 rows"),
+])
+def test_a_law_that_predicts_no_loss_from_any_start_is_one_error_naming_the_rows(fn, what):
+    # no start can be moved where the law is positive: the error says what the law predicts
+    law = bs.laws.Law(name=f"user_never_positive_{len(what)}", variables=("N",), fn=fn,
+                      params=(bs.laws.Param("E", 0.0, 1.0, (0.1, 0.9)),
+                              bs.laws.Param("A", 1.0, 2.0, (1.1, 1.9))))
+    df = pd.DataFrame({"N": np.geomspace(1e6, 1e8, 12), "loss": np.linspace(3.0, 2.0, 12)})
+    with pytest.raises(bs.FitError) as e:
+        bs.fit_map(law, df, delta=1e-3, n_starts=8)
+    msg = str(e.value)
+    assert "also after moving them toward a positive law" in msg
+    assert f"from the first start the law predicts {what} (0, 1, 2, 3, 4, 5, 6, 7, ...)" in msg
+    assert "init ranges" in msg
