@@ -245,6 +245,42 @@ def input_space(ref, x=None) -> np.ndarray:
     return np.log(np.maximum(x, 1e-300)) if log_scaled(ref) else x
 
 
+def input_relations(law, df) -> list[str]:
+    """What a refusal should say about the table's design: each input of ``law`` that takes one
+    value in ``df``, and, among the others, an exact linear relation of their
+    :func:`input_space` values (two inputs: ``log D = a + b log N`` at every row, as on runs at
+    one tokens-per-parameter ratio). Terms of inputs that move together cannot be told apart, so
+    their parameters rest on the priors along a ridge and more draws do not help."""
+    cols = {law.column(v): v for v in law.variables}
+    cols = {c: v for c, v in cols.items() if c in df}
+    out, varying = [], {}
+    for c in cols:
+        x = input_space(df[c].to_numpy(dtype=float))
+        if np.ptp(x) <= 1e-12 * max(1.0, float(np.max(np.abs(x)))):
+            out.append(f"{c} takes one value ({df[c].iloc[0]:.4g}) in the table: the law's terms "
+                       f"in {c} are not identified unless their parameters are fixed "
+                       f"(fixed=...); or add runs at other values of {c}")
+        else:
+            varying[c] = x
+    if len(varying) >= 2 and len(df) > len(varying):
+        names = list(varying)
+        X = np.column_stack([varying[c] for c in names])
+        X = (X - X.mean(0)) / X.std(0)
+        sv = np.linalg.svd(X, compute_uv=False)
+        if sv[-1] <= 1e-6 * sv[0]:
+            logs = {c: ("log " if log_scaled(df[c]) else "") + c for c in names}
+            if len(names) == 2:
+                b, a = np.polyfit(varying[names[0]], varying[names[1]], 1)
+                how = f"{logs[names[1]]} = {a:.4g} {'+' if b >= 0 else '-'} {abs(b):.4g} " \
+                      f"{logs[names[0]]} at every row"
+            else:
+                how = "one is a linear combination of the others at every row"
+            out.append(f"the inputs {', '.join(names)} move together ({how}): the law's terms in "
+                       "them cannot be told apart, so their parameters rest on the priors; add "
+                       "runs off that line or fix some of them (fixed=...)")
+    return out
+
+
 def target_shift_of(loss) -> float:
     """The constant that makes a signed target a positive one (0 when every finite value is
     already positive).

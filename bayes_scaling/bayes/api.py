@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..checks import check_fit_options
-from ..data import shifted_table
+from ..data import input_relations, shifted_table
 from ..errors import BayesScalingError, MultimodalWarning
 from ..objective import data_hash
 from .chains import drop_light_groups, first_runs, modes_of_split_chains, weigh_modes
@@ -328,6 +328,7 @@ def fit_posterior(
             diag["failed"][:0] = stopped
             # first: where the data barely inform a parameter, more draws are not the fix
             diag["advice"][:0] = prior_bound_advice(spec, idata.posterior, failing_params(diag))
+            diag["advice"][:0] = input_relations(law, vdf)
     diag["seconds"] = time.perf_counter() - t0
     diag["seconds_modes"] = t_modes
     modes_df = _modes_table(spec, data, modes)
