@@ -251,8 +251,7 @@ def input_relations(law, df) -> list[str]:
     :func:`input_space` values (two inputs: ``log D = a + b log N`` at every row, as on runs at
     one tokens-per-parameter ratio). Terms of inputs that move together cannot be told apart, so
     their parameters rest on the priors along a ridge and more draws do not help."""
-    cols = {law.column(v): v for v in law.variables}
-    cols = {c: v for c, v in cols.items() if c in df}
+    cols = [law.column(v) for v in law.variables if law.column(v) in df]
     out, varying = [], {}
     for c in cols:
         x = input_space(df[c].to_numpy(dtype=float))
