@@ -359,28 +359,26 @@ def fit_map(
     n = len(prob.y)
     scale = n * delta * delta  # makes the objective O(1) whatever delta and n are
 
-    if method == "jax":
-        f = _normalised_objective(prob.key, prob)
-        u, val, n_iter, gnorm = lbfgs_multistart(
-            f, space.u_compiled(jnp.asarray(theta0)), prob.args(delta), max_iter=max_iter)
-        theta = np.asarray(space.theta_compiled(jnp.asarray(u)))
-        obj = val * scale
-        converged = gnorm < 1e-6
-    elif method == "scipy":
-        theta, obj, n_iter, converged = _scipy_multistart(prob, theta0, delta, max_iter)
-    else:
+    if method not in ("jax", "scipy"):
         raise FitError(f"method must be 'jax' or 'scipy', got {method!r}")
+    if method == "jax":
+        f, args = _normalised_objective(prob.key, prob), prob.args(delta)
 
+    def multistart(th0):
+        """(theta, objective, iterations, converged) of every start in ``th0``."""
+        if method == "scipy":
+            return _scipy_multistart(prob, th0, delta, max_iter)
+        u, val, it, gnorm = lbfgs_multistart(f, space.u_compiled(jnp.asarray(th0)), args,
+                                             max_iter=max_iter)
+        return np.asarray(space.theta_compiled(jnp.asarray(u))), val * scale, it, gnorm < 1e-6
+
+    theta, obj, n_iter, converged = multistart(theta0)
     finite = np.isfinite(obj) & np.all(np.isfinite(theta), axis=1)
     moved = not finite.any() and method == "jax" and inits is None
     if moved:
         # no start had a finite objective: move them to where the law is positive, once
-        theta0 = feasible_starts(space, theta0, prob.args(delta), log_y=False)
-        u, val, n_iter, gnorm = lbfgs_multistart(
-            f, space.u_compiled(jnp.asarray(theta0)), prob.args(delta), max_iter=max_iter)
-        theta = np.asarray(space.theta_compiled(jnp.asarray(u)))
-        obj = val * scale
-        converged = gnorm < 1e-6
+        theta0 = feasible_starts(space, theta0, args, log_y=False)
+        theta, obj, n_iter, converged = multistart(theta0)
         finite = np.isfinite(obj) & np.all(np.isfinite(theta), axis=1)
     if not finite.any():
         raise FitError(f"all {len(obj)} starts of {prob.law.name} ended non-finite"

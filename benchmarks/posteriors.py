@@ -86,7 +86,7 @@ sys.path.insert(0, str(ROOT))
 import bayes_scaling as bs  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from user_laws import LAWS as USER_LAWS, LR_LAW, OWN_INPUT_LAWS, SIMULATED_LAWS  # noqa: E402
+from user_laws import BY_NAME as USER_BY_NAME, LAWS as USER_LAWS, LR_LAW, SIMULATED_LAWS  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "out" / "posteriors"
 RESULTS = OUT / "results.jsonl"
@@ -129,12 +129,7 @@ class Case:
 
     def law(self):
         if self.law_name.startswith("user_"):
-            name = self.law_name[len("user_"):]
-            if name in SIMULATED_LAWS:
-                return SIMULATED_LAWS[name][0]
-            if name == LR_LAW.name[len("user_"):]:
-                return LR_LAW
-            return USER_LAWS[name] if name in USER_LAWS else OWN_INPUT_LAWS[name]
+            return USER_BY_NAME[self.law_name[len("user_"):]]
         if "/" in self.law_name:
             task, law_id = self.law_name.rsplit("/", 1)
             return bs.scalebench.get(task, law_id)

@@ -167,3 +167,7 @@ LR_LAW = Law(
     fn=lambda p, x: p["E"] + p["A"] / x["N"] ** p["a"] + p["B"] / x["D"] ** p["b"]
     + p["c"] * (jnp.log(x["lr"]) - p["m0"] - p["m1"] * (jnp.log(x["N"]) - 18.0)) ** 2,
     equation="E + A / N^a + B / D^b + c (log lr - m0 - m1 (log N - 18))^2")
+
+#: Every law above by its name without the ``user_`` prefix (the suite's ``Case.law``)
+BY_NAME = {**LAWS, **OWN_INPUT_LAWS, **{k: v[0] for k, v in SIMULATED_LAWS.items()},
+           LR_LAW.name[len("user_"):]: LR_LAW}
