@@ -282,7 +282,7 @@ def recommend(pool: pd.DataFrame, *, law, cost, targets, budget, loss: str = "lo
                             post.sigma2, costs, room, spread=spread, cost_power=power)
 
     rule, (picks, values, v0), final = best_rule(run)
-    simulated, criterion = None, rule
+    simulated, typical, criterion = None, None, rule
     if simulate:  # the worlds may overrule the rule kept (docs/design.md)
         others = [r for r in ("ratio", "gain") if r != rule]
         plans = {rule: (picks, values, v0), **{r: run(RULES[r]) for r in others}}
@@ -292,7 +292,6 @@ def recommend(pool: pd.DataFrame, *, law, cost, targets, budget, loss: str = "lo
         if len(keys) > 1:
             err = post.refit_errors(rows_x, np.arange(nd), [nd + np.array(k, int) for k in keys],
                                     x_tgt, simulate, n_starts, np.random.default_rng(seed + 1))
-            criterion = rule
             rule = list(keys.values())[overruled(err, 0)]
             picks, values, v0 = plans[rule]
             simulated = {r: float(e) for r, e in zip(keys.values(), err.mean(1))}
@@ -312,7 +311,7 @@ def recommend(pool: pd.DataFrame, *, law, cost, targets, budget, loss: str = "lo
     table = pd.DataFrame(out, columns=None if out else COLUMNS)
     table.attrs.update(budget=float(room), initial_error=float(v0), greedy=rule,
                        final_by_rule=final, simulated_by_rule=simulated,
-                       simulated_typical_ratio=typical if simulated else None,
+                       simulated_typical_ratio=typical,
                        criterion_rule=criterion,
                        noise_var=float(post.sigma2), n_done=nd,
                        n_candidates=len(cand), n_targets=nt, law=law.name)
